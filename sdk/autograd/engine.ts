@@ -1,0 +1,177 @@
+/**
+ * The backward engine. Given root nodes and their gradients it runs every
+ * node reachable from them once all of its consumers have contributed:
+ *
+ * 1. Count, for every reachable node, how many edges point at it.
+ * 2. Seed the gradient buffers of the roots; ready = nodes with count 0.
+ * 3. Pop the ready node with the highest sequence number (latest created),
+ *    run its output hooks, apply it, add each input gradient to the buffer of
+ *    the next node and decrement that node's count; enqueue it at 0.
+ * 4. AccumulateGrad nodes hand their gradient to `accumulate` (default: add
+ *    into `.grad`; distributed autograd passes its per-context map).
+ *
+ * Backward rules run with grad mode off. Nodes free their saved tensors after
+ * running unless retainGraph is set.
+ */
+import { AutogradError, ShapeError } from "../errors/index.js";
+import { arraysEqual } from "../util/index.js";
+import * as raw from "../tensor/raw.js";
+import type { Tensor } from "../tensor/tensor.js";
+import { noGrad } from "./grad_mode.js";
+import { AccumulateGrad, type Node, gradEdge } from "./node.js";
+
+export interface BackwardOptions {
+  retainGraph?: boolean;
+  /** Receives each leaf's gradient; default accumulates into leaf.grad. */
+  accumulate?: (leaf: Tensor, grad: Tensor) => void;
+}
+
+export interface RootGrad {
+  node: Node;
+  grad: Tensor;
+}
+
+function addGrads(a: Tensor | undefined, b: Tensor): Tensor {
+  return a === undefined ? b : raw.binary("add", a, b);
+}
+
+function runHooks(hooks: readonly ((g: Tensor) => Tensor | undefined | void)[], grad: Tensor): Tensor {
+  let g = grad;
+  for (const h of hooks) {
+    const r = h(g);
+    if (r) g = r;
+  }
+  return g;
+}
+
+/** Default leaf accumulation: leaf.grad += grad (a fresh contiguous tensor, never aliasing the graph's). */
+export function accumulateIntoGrad(leaf: Tensor, grad: Tensor): void {
+  leaf.grad = leaf.grad ? raw.binary("add", leaf.grad, grad) : raw.copyAs(grad);
+}
+
+/** Runs the graph from the given nodes with the given gradients (used by backward() and distributed autograd). */
+export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = {}): void {
+  const accumulate = opts.accumulate ?? accumulateIntoGrad;
+  const deps = new Map<Node, number>();
+  const seen = new Set<Node>();
+  const stack = roots.map((r) => r.node);
+  for (const n of stack) seen.add(n);
+  while (stack.length) {
+    const n = stack.pop()!;
+    for (const next of n.next) {
+      if (!next) continue;
+      deps.set(next, (deps.get(next) ?? 0) + 1);
+      if (!seen.has(next)) {
+        seen.add(next);
+        stack.push(next);
+      }
+    }
+  }
+  const buffers = new Map<Node, Tensor>();
+  for (const r of roots) buffers.set(r.node, addGrads(buffers.get(r.node), r.grad));
+  const ready: Node[] = [...new Set(roots.map((r) => r.node))].filter((n) => !deps.get(n));
+  noGrad(() => {
+    while (ready.length) {
+      // latest-created first, as PyTorch's engine orders ready nodes
+      let best = 0;
+      for (let i = 1; i < ready.length; i++) if (ready[i]!.sequenceNr > ready[best]!.sequenceNr) best = i;
+      const node = ready.splice(best, 1)[0]!;
+      let grad = buffers.get(node);
+      buffers.delete(node);
+      let outs: (Tensor | null)[] = node.next.map(() => null);
+      if (grad !== undefined) {
+        if (node instanceof AccumulateGrad) {
+          accumulate(node.variable, runHooks(node.variable.gradHooks, grad));
+        } else {
+          grad = runHooks(node.outputHooks, grad);
+          const keep = node.retainGradOf?.deref();
+          if (keep) keep.grad = keep.grad ? raw.binary("add", keep.grad, grad) : raw.copyAs(grad);
+          outs = node.apply(grad);
+          if (!opts.retainGraph) node.release();
+        }
+      }
+      node.next.forEach((next, i) => {
+        if (!next) return;
+        const g = outs[i];
+        if (g) buffers.set(next, addGrads(buffers.get(next), g));
+        const left = deps.get(next)! - 1;
+        deps.set(next, left);
+        if (left === 0) ready.push(next);
+      });
+    }
+  });
+}
+
+/** tensor.backward(gradient?, retainGraph?) */
+export function backward(t: Tensor, gradient?: Tensor, retainGraph = false): void {
+  const node = gradEdge(t);
+  if (!node)
+    throw new AutogradError(
+      "element 0 of tensors does not require grad and does not have a gradFn; " +
+        "set requiresGrad on the leaf tensors you want gradients for (or call backward on a tensor computed from them)",
+    );
+  let g = gradient;
+  if (!g) {
+    if (t.numel() !== 1)
+      throw new AutogradError(
+        `grad can be implicitly created only for scalar outputs (this tensor has shape [${t.shape.join(", ")}]); ` +
+          "pass a gradient of the same shape: t.backward(gradient)",
+      );
+    g = raw.binary("add", raw.empty(t.shape, t.dtype), 1);
+  } else if (!arraysEqual(g.shape, t.shape)) {
+    throw new ShapeError(
+      `Mismatch in shape: grad_output[0] has a shape of [${g.shape.join(", ")}] and output[0] has a shape of [${t.shape.join(", ")}].`,
+    );
+  }
+  runBackward([{ node, grad: g }], { retainGraph });
+}
+
+/**
+ * torch.autograd.grad: gradients of `outputs` with respect to `inputs`,
+ * returned instead of accumulated into `.grad`.
+ */
+export function grad(
+  outputs: Tensor | Tensor[],
+  inputs: Tensor | Tensor[],
+  opts: { gradOutputs?: Tensor[]; retainGraph?: boolean; allowUnused?: boolean } = {},
+): (Tensor | null)[] {
+  const outs = Array.isArray(outputs) ? outputs : [outputs];
+  const ins = Array.isArray(inputs) ? inputs : [inputs];
+  const roots: RootGrad[] = outs.map((o, i) => {
+    const node = gradEdge(o);
+    if (!node) throw new AutogradError(`element ${i} of tensors does not require grad and does not have a gradFn`);
+    const g = opts.gradOutputs?.[i];
+    if (!g && o.numel() !== 1) throw new AutogradError("grad can be implicitly created only for scalar outputs");
+    return { node, grad: g ?? raw.binary("add", raw.empty(o.shape, o.dtype), 1) };
+  });
+  const results = new Map<Tensor, Tensor>();
+  const cleanups: (() => void)[] = [];
+  for (const x of ins) {
+    if (x.isLeaf) continue;
+    const node = x.gradFn as Node;
+    const hook = (g: Tensor) => {
+      results.set(x, results.has(x) ? raw.binary("add", results.get(x)!, g) : g);
+    };
+    node.outputHooks.push(hook);
+    cleanups.push(() => node.outputHooks.splice(node.outputHooks.indexOf(hook), 1));
+  }
+  const leafSet = new Set(ins.filter((x) => x.isLeaf));
+  try {
+    runBackward(roots, {
+      retainGraph: opts.retainGraph ?? false,
+      accumulate: (leaf, g) => {
+        if (leafSet.has(leaf)) results.set(leaf, results.has(leaf) ? raw.binary("add", results.get(leaf)!, g) : g);
+      },
+    });
+  } finally {
+    for (const c of cleanups) c();
+  }
+  return ins.map((x, i) => {
+    const r = results.get(x) ?? null;
+    if (!r && !opts.allowUnused)
+      throw new AutogradError(
+        `One of the differentiated Tensors (input ${i}) appears to not have been used in the graph. Set allowUnused: true if this is the desired behavior.`,
+      );
+    return r;
+  });
+}

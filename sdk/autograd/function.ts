@@ -1,0 +1,36 @@
+/**
+ * How a differentiable op records itself: compute the output with raw ops,
+ * then `record(name, out, inputs, backward, saved)`. The backward closure is
+ * written right beside the forward and returns one gradient per input (null
+ * for inputs that are not tensors or need none). Nothing is recorded in
+ * noGrad mode or when no input requires grad.
+ */
+import * as raw from "../tensor/raw.js";
+import { Tensor } from "../tensor/tensor.js";
+import { isGradEnabled } from "./grad_mode.js";
+import { type BackwardFn, FunctionNode, gradEdge } from "./node.js";
+
+export type Operand = raw.Operand;
+
+export function needsGrad(inputs: readonly unknown[]): boolean {
+  return isGradEnabled() && inputs.some((i) => i instanceof Tensor && i.requiresGrad);
+}
+
+export function record(
+  name: string,
+  out: Tensor,
+  inputs: readonly unknown[],
+  backward: BackwardFn,
+  saved: readonly Tensor[] = [],
+): Tensor {
+  if (!needsGrad(inputs)) return out;
+  const edges = inputs.map((i) => (i instanceof Tensor ? gradEdge(i) : null));
+  out.gradFn = new FunctionNode(name, edges, backward, saved);
+  return out;
+}
+
+/** Marks `out` as a view of `of` (shares storage), for the in-place checks. */
+export function asView(out: Tensor, of: Tensor): Tensor {
+  out.base = of.base ?? of;
+  return out;
+}

@@ -1,0 +1,36 @@
+/**
+ * Typed errors for every layer of tprpc. Every error tprpc throws is a
+ * `TprpcError`; messages say what went wrong and what to do next, as
+ * PyTorch's do. RPC errors (later layers) derive from `RpcError`.
+ */
+
+export class TprpcError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** Shapes that don't broadcast, wrong ranks, sizes that don't match. */
+export class ShapeError extends TprpcError {}
+
+/** A dtype that an op cannot take, or a result that can't be cast. */
+export class DTypeError extends TprpcError {}
+
+/** A device that is unknown or not viable on this machine. */
+export class DeviceError extends TprpcError {}
+
+/** Out-of-range dims, indices, or slices. */
+export class IndexError extends TprpcError {}
+
+/** An argument with a bad value (negative size, empty choice set, ...). */
+export class ValueError extends TprpcError {}
+
+/** Misuse of autograd: backward twice, in-place on a leaf, non-scalar roots, ... */
+export class AutogradError extends TprpcError {}
+
+/** A feature that tprpc does not provide (yet); the message says what to use instead. */
+export class NotImplementedError extends TprpcError {}
+
+/** Base class of every error raised by the RPC layers. */
+export class RpcError extends TprpcError {}

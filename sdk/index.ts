@@ -1,0 +1,105 @@
+/**
+ * tprpc's public API. What this file does not export is internal.
+ *
+ *   import { tensor, randn, manualSeed, noGrad, nn, optim } from "tprpc";
+ */
+import "./autograd/methods.js";
+
+export { Tensor, type NestedArray, type GradHook } from "./tensor/tensor.js";
+export { Device } from "./tensor/device.js";
+export { type DType, DTYPES, getDefaultDType, setDefaultDType, promoteTypes } from "./tensor/dtype.js";
+export { Generator, manualSeed, defaultGenerator } from "./tensor/random.js";
+export { broadcastShapes } from "./tensor/shape.js";
+export {
+  tensor,
+  zeros,
+  ones,
+  full,
+  zerosLike,
+  onesLike,
+  fullLike,
+  arange,
+  linspace,
+  eye,
+  rand,
+  randn,
+  randint,
+  randperm,
+  multinomial,
+  type TensorOptions,
+  type RandomOptions,
+  type TensorData,
+} from "./tensor/creation.js";
+export * as backend from "./tensor/backend/public.js";
+
+export { noGrad, enableGrad, isGradEnabled, setGradEnabled } from "./autograd/grad_mode.js";
+export * as autograd from "./autograd/public.js";
+export {
+  add,
+  sub,
+  mul,
+  div,
+  pow,
+  neg,
+  exp,
+  log,
+  log1p,
+  expm1,
+  sqrt,
+  rsqrt,
+  abs,
+  sign,
+  square,
+  reciprocal,
+  tanh,
+  sigmoid,
+  relu,
+  gelu,
+  erf,
+  sin,
+  cos,
+  floor,
+  ceil,
+  round,
+  clamp,
+  maximum,
+  minimum,
+  where,
+  maskedFill,
+  eq,
+  ne,
+  lt,
+  le,
+  gt,
+  ge,
+  logicalAnd,
+  logicalOr,
+  logicalNot,
+  isnan,
+} from "./autograd/ops/elementwise.js";
+export { sum, mean, variance as var, std, max, min, amax, argmax, argmin, logsumexp, prod, type ValuesIndices } from "./autograd/ops/reduce.js";
+export { matmul, mm, bmm } from "./autograd/ops/linalg.js";
+export {
+  view,
+  reshape,
+  flatten,
+  permute,
+  transpose,
+  t,
+  narrow,
+  select,
+  slice,
+  expand,
+  squeeze,
+  unsqueeze,
+  contiguous,
+  clone,
+  detach,
+  cat,
+  stack,
+  split,
+  chunk,
+} from "./autograd/ops/views.js";
+export { indexSelect, gather, scatterAdd, embedding, softmax, logSoftmax } from "./autograd/ops/indexing.js";
+
+export * from "./errors/index.js";

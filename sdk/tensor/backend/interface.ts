@@ -1,0 +1,117 @@
+/**
+ * The kernel interface. Every computation on tensor data goes through a
+ * Backend; the pure-TypeScript backend (./ts) defines the semantics and the
+ * native backend must match it (one parity suite runs over both).
+ *
+ * Contract for every kernel:
+ * 1. Inputs are strided views (any strides, stride 0 for broadcast dims).
+ * 2. `out` is a freshly allocated contiguous tensor of the documented shape
+ *    and dtype, owned by the caller; kernels never allocate results.
+ * 3. Elementwise inputs already have the result's compute dtype (the op layer
+ *    casts first), except comparisons (out: bool) and `where` (cond: bool).
+ * 4. Kernels throw only typed errors (IndexError for bad indices).
+ */
+import type { DType } from "../dtype.js";
+import type { Shape } from "../shape.js";
+import type { Storage } from "../storage.js";
+
+/** The view of a tensor a kernel sees: no autograd, no methods. */
+export interface TensorView {
+  readonly storage: Storage;
+  readonly shape: Shape;
+  readonly strides: readonly number[];
+  readonly offset: number;
+  readonly dtype: DType;
+}
+
+export type UnaryOp =
+  | "neg"
+  | "exp"
+  | "log"
+  | "sqrt"
+  | "rsqrt"
+  | "abs"
+  | "sign"
+  | "tanh"
+  | "sigmoid"
+  | "relu"
+  | "gelu" // exact (erf) form, as torch's default
+  | "geluTanh" // tanh approximation, as approximate="tanh"
+  | "geluGrad" // d gelu / dx, for the backward rule
+  | "geluTanhGrad"
+  | "erf"
+  | "sin"
+  | "cos"
+  | "reciprocal"
+  | "square"
+  | "log1p"
+  | "expm1"
+  | "floor"
+  | "ceil"
+  | "round"
+  | "logicalNot"
+  | "clamp" // args: [min, max], either may be NaN for "none"
+  | "powScalar" // args: [exponent]
+  | "isnan";
+
+export type BinaryOp =
+  | "add"
+  | "sub"
+  | "mul"
+  | "div"
+  | "pow"
+  | "maximum"
+  | "minimum"
+  | "eq"
+  | "ne"
+  | "lt"
+  | "le"
+  | "gt"
+  | "ge"
+  | "logicalAnd"
+  | "logicalOr";
+
+export type ReduceOp = "sum" | "prod" | "max" | "min";
+
+export const COMPARISON_OPS: ReadonlySet<BinaryOp> = new Set(["eq", "ne", "lt", "le", "gt", "ge", "logicalAnd", "logicalOr"]);
+
+export interface Backend {
+  /** Short name used by TPRPC_BACKEND and in test names ("ts", "native"). */
+  readonly name: string;
+
+  /** dst[i] = cast(src[i]) for views of the same shape; dtypes may differ. */
+  copy(src: TensorView, dst: TensorView): void;
+
+  /** Sets every element of the view to `value` (cast to the view's dtype). */
+  fill(dst: TensorView, value: number): void;
+
+  /** out = op(x), out has x's shape. Float ops on integer inputs are not called (the op layer casts). */
+  unary(op: UnaryOp, x: TensorView, out: TensorView, args?: readonly number[]): void;
+
+  /** out = a op b; a and b are already broadcast to out's shape (and share a dtype). */
+  binary(op: BinaryOp, a: TensorView, b: TensorView, out: TensorView): void;
+
+  /** out = cond ? a : b, all broadcast to out's shape. */
+  where(cond: TensorView, a: TensorView, b: TensorView, out: TensorView): void;
+
+  /** Reduces `dims` (sorted, unique); out has x's shape with those dims set to 1. */
+  reduce(op: ReduceOp, x: TensorView, dims: readonly number[], out: TensorView): void;
+
+  /** Index of the max/min along `dim` (first occurrence); out (int64) has x's shape with dim set to 1. */
+  argReduce(op: "argmax" | "argmin", x: TensorView, dim: number, out: TensorView): void;
+
+  /** Batched matmul: a [B, M, K] @ b [B, K, N] -> out [B, M, N]. */
+  matmul(a: TensorView, b: TensorView, out: TensorView): void;
+
+  /** (log-)softmax along `dim`; out has x's shape. */
+  softmax(x: TensorView, dim: number, log: boolean, out: TensorView): void;
+
+  /** out = x.indexSelect(dim, index) with index a 1-D int64/int32 view. */
+  indexSelect(x: TensorView, dim: number, index: TensorView, out: TensorView): void;
+
+  /** out[i][j][k] = x[index[i][j][k]][j][k] (for dim 0); out has index's shape. */
+  gather(x: TensorView, dim: number, index: TensorView, out: TensorView): void;
+
+  /** In place: dst[index[i][j]][j] += src[i][j] (for dim 0). */
+  scatterAdd(dst: TensorView, dim: number, index: TensorView, src: TensorView): void;
+}

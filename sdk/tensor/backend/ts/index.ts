@@ -1,0 +1,371 @@
+/**
+ * The pure-TypeScript CPU backend: the reference that defines tprpc's
+ * numerics. Kernels favour clarity: strided inputs are gathered into
+ * row-major number arrays first (readContig), then computed with flat loops.
+ * Float reductions and matmul accumulate in float64.
+ */
+import { IndexError } from "../../../errors/index.js";
+import type { NumArray } from "../../dtype.js";
+import { numelOf } from "../../shape.js";
+import type { Backend, BinaryOp, ReduceOp, TensorView, UnaryOp } from "../interface.js";
+import { offsets, outArray, readContig, readerOf, writerOf } from "../../access.js";
+import { erf, gelu, geluGrad, geluTanh, geluTanhGrad, roundHalfEven, sigmoid } from "./math.js";
+
+type Fn1 = (x: number) => number;
+type Fn2 = (a: number, b: number) => number;
+
+function unaryFn(op: UnaryOp, args: readonly number[]): Fn1 {
+  switch (op) {
+    case "neg":
+      return (x) => -x;
+    case "exp":
+      return Math.exp;
+    case "log":
+      return Math.log;
+    case "sqrt":
+      return Math.sqrt;
+    case "rsqrt":
+      return (x) => 1 / Math.sqrt(x);
+    case "abs":
+      return Math.abs;
+    case "sign":
+      return (x) => (x > 0 ? 1 : x < 0 ? -1 : x === 0 ? 0 : x);
+    case "tanh":
+      return Math.tanh;
+    case "sigmoid":
+      return sigmoid;
+    case "relu":
+      return (x) => (x > 0 ? x : Number.isNaN(x) ? x : 0);
+    case "gelu":
+      return gelu;
+    case "geluTanh":
+      return geluTanh;
+    case "geluGrad":
+      return geluGrad;
+    case "geluTanhGrad":
+      return geluTanhGrad;
+    case "erf":
+      return erf;
+    case "sin":
+      return Math.sin;
+    case "cos":
+      return Math.cos;
+    case "reciprocal":
+      return (x) => 1 / x;
+    case "square":
+      return (x) => x * x;
+    case "log1p":
+      return Math.log1p;
+    case "expm1":
+      return Math.expm1;
+    case "floor":
+      return Math.floor;
+    case "ceil":
+      return Math.ceil;
+    case "round":
+      return roundHalfEven;
+    case "logicalNot":
+      return (x) => (x === 0 ? 1 : 0);
+    case "isnan":
+      return (x) => (Number.isNaN(x) ? 1 : 0);
+    case "powScalar": {
+      const e = args[0]!;
+      if (e === 2) return (x) => x * x;
+      if (e === 0.5) return Math.sqrt;
+      return (x) => x ** e;
+    }
+    case "clamp": {
+      const lo = args[0] ?? Number.NaN;
+      const hi = args[1] ?? Number.NaN;
+      return (x) => {
+        if (Number.isNaN(x)) return x;
+        let y = x;
+        if (!Number.isNaN(lo) && y < lo) y = lo;
+        if (!Number.isNaN(hi) && y > hi) y = hi;
+        return y;
+      };
+    }
+  }
+}
+
+function binaryFn(op: BinaryOp, integral: boolean): Fn2 {
+  switch (op) {
+    case "add":
+      return (a, b) => a + b;
+    case "sub":
+      return (a, b) => a - b;
+    case "mul":
+      return (a, b) => a * b;
+    case "div":
+      return (a, b) => a / b;
+    case "pow":
+      return integral ? (a, b) => Math.trunc(a ** b) : (a, b) => a ** b;
+    case "maximum":
+      return (a, b) => (Number.isNaN(a) || Number.isNaN(b) ? Number.NaN : a > b ? a : b);
+    case "minimum":
+      return (a, b) => (Number.isNaN(a) || Number.isNaN(b) ? Number.NaN : a < b ? a : b);
+    case "eq":
+      return (a, b) => (a === b ? 1 : 0);
+    case "ne":
+      return (a, b) => (a !== b ? 1 : 0);
+    case "lt":
+      return (a, b) => (a < b ? 1 : 0);
+    case "le":
+      return (a, b) => (a <= b ? 1 : 0);
+    case "gt":
+      return (a, b) => (a > b ? 1 : 0);
+    case "ge":
+      return (a, b) => (a >= b ? 1 : 0);
+    case "logicalAnd":
+      return (a, b) => (a !== 0 && b !== 0 ? 1 : 0);
+    case "logicalOr":
+      return (a, b) => (a !== 0 || b !== 0 ? 1 : 0);
+  }
+}
+
+function isScalarView(t: TensorView): boolean {
+  return t.strides.every((s, i) => s === 0 || t.shape[i] === 1);
+}
+
+function indexValues(index: TensorView, size: number, dim: number): NumArray {
+  const idx = readContig(index);
+  for (let i = 0; i < idx.length; i++) {
+    const v = idx[i]!;
+    if (v < -size || v >= size)
+      throw new IndexError(`index ${v} is out of bounds for dimension ${dim} with size ${size}`);
+  }
+  return idx;
+}
+
+/** Splits a shape around `dim` into (outer, size, inner) for row-wise kernels. */
+function around(shape: readonly number[], dim: number): [number, number, number] {
+  let outer = 1;
+  let inner = 1;
+  for (let i = 0; i < dim; i++) outer *= shape[i]!;
+  for (let i = dim + 1; i < shape.length; i++) inner *= shape[i]!;
+  return [outer, shape[dim] ?? 1, inner];
+}
+
+export class TsBackend implements Backend {
+  readonly name = "ts";
+
+  copy(src: TensorView, dst: TensorView): void {
+    const n = numelOf(src.shape);
+    const so = offsets(src.shape, src.strides, src.offset);
+    const dof = offsets(dst.shape, dst.strides, dst.offset);
+    if (src.dtype === dst.dtype) {
+      const s = src.storage.data as unknown as { [i: number]: number | bigint };
+      const d = dst.storage.data as unknown as { [i: number]: number | bigint };
+      // NB: copy raw elements (bits for f16/bf16, bigints for int64) so values round-trip exactly.
+      const tmp = new Array<number | bigint>(n);
+      for (let i = 0; i < n; i++) tmp[i] = s[so[i]!]!;
+      for (let i = 0; i < n; i++) d[dof[i]!] = tmp[i]!;
+      return;
+    }
+    const read = readerOf(src.storage);
+    const write = writerOf(dst.storage);
+    if (src.dtype === "int64" && dst.dtype !== "int64") {
+      // fallthrough handled by the generic reader
+    }
+    const vals = new Float64Array(n);
+    for (let i = 0; i < n; i++) vals[i] = read(so[i]!);
+    for (let i = 0; i < n; i++) write(dof[i]!, vals[i]!);
+  }
+
+  fill(dst: TensorView, value: number): void {
+    const write = writerOf(dst.storage);
+    const offs = offsets(dst.shape, dst.strides, dst.offset);
+    for (let i = 0; i < offs.length; i++) write(offs[i]!, value);
+  }
+
+  unary(op: UnaryOp, x: TensorView, out: TensorView, args: readonly number[] = []): void {
+    const f = unaryFn(op, args);
+    const a = readContig(x);
+    const [o, commit] = outArray(out);
+    for (let i = 0; i < a.length; i++) o[i] = f(a[i]!);
+    commit();
+  }
+
+  binary(op: BinaryOp, a: TensorView, b: TensorView, out: TensorView): void {
+    const integral = out.dtype === "int32" || out.dtype === "int64" || out.dtype === "uint8";
+    const f = binaryFn(op, integral);
+    const [o, commit] = outArray(out);
+    const n = o.length;
+    if (isScalarView(b)) {
+      const av = readContig(a);
+      const bv = readerOf(b.storage)(b.offset);
+      for (let i = 0; i < n; i++) o[i] = f(av[i]!, bv);
+    } else if (isScalarView(a)) {
+      const av = readerOf(a.storage)(a.offset);
+      const bv = readContig(b);
+      for (let i = 0; i < n; i++) o[i] = f(av, bv[i]!);
+    } else {
+      const av = readContig(a);
+      const bv = readContig(b);
+      for (let i = 0; i < n; i++) o[i] = f(av[i]!, bv[i]!);
+    }
+    commit();
+  }
+
+  where(cond: TensorView, a: TensorView, b: TensorView, out: TensorView): void {
+    const c = readContig(cond);
+    const av = readContig(a);
+    const bv = readContig(b);
+    const [o, commit] = outArray(out);
+    for (let i = 0; i < o.length; i++) o[i] = c[i] ? av[i]! : bv[i]!;
+    commit();
+  }
+
+  reduce(op: ReduceOp, x: TensorView, dims: readonly number[], out: TensorView): void {
+    const a = readContig(x);
+    // Output index of each input element: strides of `out` with 0 on reduced dims.
+    const outStrides = new Array<number>(x.shape.length);
+    let s = 1;
+    for (let d = x.shape.length - 1; d >= 0; d--) {
+      outStrides[d] = dims.includes(d) ? 0 : s;
+      if (!dims.includes(d)) s *= x.shape[d]!;
+    }
+    const target = offsets(x.shape, outStrides, 0);
+    const m = numelOf(out.shape);
+    const acc = new Float64Array(m);
+    if (op === "sum") {
+      for (let i = 0; i < a.length; i++) acc[target[i]!] += a[i]!;
+    } else if (op === "prod") {
+      acc.fill(1);
+      for (let i = 0; i < a.length; i++) acc[target[i]!] *= a[i]!;
+    } else {
+      const isMax = op === "max";
+      acc.fill(isMax ? Number.NEGATIVE_INFINITY : Number.POSITIVE_INFINITY);
+      for (let i = 0; i < a.length; i++) {
+        const v = a[i]!;
+        const t = target[i]!;
+        const cur = acc[t]!;
+        if (Number.isNaN(v) || (isMax ? v > cur : v < cur)) acc[t] = Number.isNaN(cur) ? cur : v;
+      }
+    }
+    const [o, commit] = outArray(out);
+    for (let i = 0; i < m; i++) o[i] = acc[i]!;
+    commit();
+  }
+
+  argReduce(op: "argmax" | "argmin", x: TensorView, dim: number, out: TensorView): void {
+    const a = readContig(x);
+    const [outer, size, inner] = around(x.shape, dim);
+    const [o, commit] = outArray(out);
+    const isMax = op === "argmax";
+    for (let p = 0; p < outer; p++) {
+      for (let q = 0; q < inner; q++) {
+        let best = 0;
+        let bv = a[p * size * inner + q]!;
+        for (let k = 1; k < size; k++) {
+          const v = a[(p * size + k) * inner + q]!;
+          if (Number.isNaN(bv)) break;
+          if (Number.isNaN(v) || (isMax ? v > bv : v < bv)) {
+            bv = v;
+            best = k;
+          }
+        }
+        o[p * inner + q] = best;
+      }
+    }
+    commit();
+  }
+
+  matmul(a: TensorView, b: TensorView, out: TensorView): void {
+    const [B, M, K] = a.shape as [number, number, number];
+    const N = b.shape[2]!;
+    const av = readContig(a);
+    const bv = readContig(b);
+    const [o, commit] = outArray(out);
+    const row = new Float64Array(N);
+    for (let bi = 0; bi < B; bi++) {
+      const aBase = bi * M * K;
+      const bBase = bi * K * N;
+      for (let i = 0; i < M; i++) {
+        row.fill(0);
+        for (let k = 0; k < K; k++) {
+          const aik = av[aBase + i * K + k]!;
+          if (aik === 0) continue;
+          const bRow = bBase + k * N;
+          for (let j = 0; j < N; j++) row[j] += aik * bv[bRow + j]!;
+        }
+        const oBase = (bi * M + i) * N;
+        for (let j = 0; j < N; j++) o[oBase + j] = row[j]!;
+      }
+    }
+    commit();
+  }
+
+  softmax(x: TensorView, dim: number, log: boolean, out: TensorView): void {
+    const a = readContig(x);
+    const [outer, size, inner] = around(x.shape, dim);
+    const [o, commit] = outArray(out);
+    for (let p = 0; p < outer; p++) {
+      for (let q = 0; q < inner; q++) {
+        const base = p * size * inner + q;
+        let mx = Number.NEGATIVE_INFINITY;
+        for (let k = 0; k < size; k++) mx = Math.max(mx, a[base + k * inner]!);
+        if (mx === Number.NEGATIVE_INFINITY) mx = 0;
+        let sum = 0;
+        for (let k = 0; k < size; k++) sum += Math.exp(a[base + k * inner]! - mx);
+        if (log) {
+          const lse = Math.log(sum) + mx;
+          for (let k = 0; k < size; k++) o[base + k * inner] = a[base + k * inner]! - lse;
+        } else {
+          for (let k = 0; k < size; k++) o[base + k * inner] = Math.exp(a[base + k * inner]! - mx) / sum;
+        }
+      }
+    }
+    commit();
+  }
+
+  indexSelect(x: TensorView, dim: number, index: TensorView, out: TensorView): void {
+    const a = readContig(x);
+    const [outer, size, inner] = around(x.shape, dim);
+    const idx = indexValues(index, size, dim);
+    const [o, commit] = outArray(out);
+    const m = idx.length;
+    for (let p = 0; p < outer; p++) {
+      for (let k = 0; k < m; k++) {
+        const src = idx[k]! < 0 ? idx[k]! + size : idx[k]!;
+        const sBase = (p * size + src) * inner;
+        const oBase = (p * m + k) * inner;
+        for (let q = 0; q < inner; q++) o[oBase + q] = a[sBase + q]!;
+      }
+    }
+    commit();
+  }
+
+  gather(x: TensorView, dim: number, index: TensorView, out: TensorView): void {
+    const size = x.shape[dim]!;
+    const idx = indexValues(index, size, dim);
+    // Storage offset of x at (i with i[dim] replaced by 0), for every position of index.
+    const xStrides = index.shape.map((_, d) => (d === dim ? 0 : x.strides[d]!));
+    const base = offsets(index.shape, xStrides, x.offset);
+    const read = readerOf(x.storage);
+    const [o, commit] = outArray(out);
+    const sd = x.strides[dim]!;
+    for (let i = 0; i < idx.length; i++) {
+      const k = idx[i]! < 0 ? idx[i]! + size : idx[i]!;
+      o[i] = read(base[i]! + k * sd);
+    }
+    commit();
+  }
+
+  scatterAdd(dst: TensorView, dim: number, index: TensorView, src: TensorView): void {
+    const size = dst.shape[dim]!;
+    const idx = indexValues(index, size, dim);
+    const dStrides = index.shape.map((_, d) => (d === dim ? 0 : dst.strides[d]!));
+    const base = offsets(index.shape, dStrides, dst.offset);
+    const srcOffs = offsets(index.shape, src.strides.slice(0, index.shape.length), src.offset);
+    const readS = readerOf(src.storage);
+    const readD = readerOf(dst.storage);
+    const writeD = writerOf(dst.storage);
+    const sd = dst.strides[dim]!;
+    for (let i = 0; i < idx.length; i++) {
+      const k = idx[i]! < 0 ? idx[i]! + size : idx[i]!;
+      const t = base[i]! + k * sd;
+      writeD(t, readD(t) + readS(srcOffs[i]!));
+    }
+  }
+}

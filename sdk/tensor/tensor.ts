@@ -1,0 +1,178 @@
+/**
+ * The Tensor: a strided view (shape, strides, offset) over a Storage, plus the
+ * autograd slots (requiresGrad, grad, gradFn) that sdk/autograd fills in.
+ *
+ * This file holds only what needs no kernels or graph: metadata, element
+ * access, printing. The differentiable methods (add, matmul, view, ...) are
+ * installed on the prototype by sdk/autograd/methods.ts (the same pattern as
+ * tfjs's chained ops), so the tensor layer never imports autograd.
+ */
+import { AutogradError, DTypeError, ValueError } from "../errors/index.js";
+import { type DType, type NumArray, type StorageArray, isFloating } from "./dtype.js";
+import { Device } from "./device.js";
+import { contiguousStrides, isContiguous, numelOf, normDim, type Shape } from "./shape.js";
+import { Storage } from "./storage.js";
+import { formatTensor } from "./format.js";
+import { offsets, readerOf } from "./access.js";
+
+/** What the tensor layer knows about a graph node: its name, for printing. */
+export interface GradFnRef {
+  readonly name: string;
+}
+
+export type GradHook = (grad: Tensor) => Tensor | undefined | void;
+
+export type NestedArray<T> = T | NestedArray<T>[];
+
+let nextId = 1;
+
+export class Tensor {
+  /** A process-unique id (stable map keys for distributed autograd, debugging). */
+  readonly id: number = nextId++;
+  /** Gradient accumulated by backward() for leaves that require grad. */
+  grad: Tensor | null = null;
+  /** The graph node that produced this tensor; null for leaves. */
+  gradFn: GradFnRef | null = null;
+  /** For views: the tensor whose storage this one shares (autograd checks in-place on views). */
+  base: Tensor | null = null;
+  /** Hooks run on this tensor's gradient during backward (registerHook). */
+  gradHooks: GradHook[] = [];
+  /** Non-leaf tensors keep their .grad when retainGrad() was called. */
+  retainsGrad = false;
+  private leafRequiresGrad = false;
+
+  constructor(
+    readonly storage: Storage,
+    readonly shape: Shape,
+    readonly strides: readonly number[],
+    readonly offset = 0,
+  ) {}
+
+  /** A new contiguous tensor with freshly allocated (zeroed) storage. */
+  static empty(shape: Shape, dtype: DType, device: Device = Device.parse("cpu")): Tensor {
+    const s = Storage.alloc(dtype, numelOf(shape), device);
+    return new Tensor(s, [...shape], contiguousStrides(shape), 0);
+  }
+
+  get dtype(): DType {
+    return this.storage.dtype;
+  }
+
+  get device(): Device {
+    return this.storage.device;
+  }
+
+  get ndim(): number {
+    return this.shape.length;
+  }
+
+  dim(): number {
+    return this.shape.length;
+  }
+
+  numel(): number {
+    return numelOf(this.shape);
+  }
+
+  /** The full shape, or the size of one dim (negative dims count from the end). */
+  size(): number[];
+  size(dim: number): number;
+  size(dim?: number): number[] | number {
+    if (dim === undefined) return [...this.shape];
+    return this.shape[normDim(dim, this.ndim)]!;
+  }
+
+  stride(): number[] {
+    return [...this.strides];
+  }
+
+  isContiguous(): boolean {
+    return isContiguous(this.shape, this.strides);
+  }
+
+  isFloatingPoint(): boolean {
+    return isFloating(this.dtype);
+  }
+
+  get isLeaf(): boolean {
+    return this.gradFn === null;
+  }
+
+  get requiresGrad(): boolean {
+    return this.leafRequiresGrad || this.gradFn !== null;
+  }
+
+  set requiresGrad(v: boolean) {
+    this.requiresGrad_(v);
+  }
+
+  /** Sets requiresGrad in place (leaves only), as torch's requires_grad_(). */
+  requiresGrad_(v = true): this {
+    if (!this.isLeaf)
+      throw new AutogradError(
+        "you can only change requiresGrad flags of leaf tensors. If you want to use a computed tensor in a " +
+          "subgraph that doesn't require differentiation use y = x.detach().",
+      );
+    if (v && !isFloating(this.dtype))
+      throw new AutogradError(`only tensors of floating point dtype can require gradients (got ${this.dtype})`);
+    this.leafRequiresGrad = v;
+    return this;
+  }
+
+  /** The Python value of a one-element tensor. */
+  item(): number {
+    if (this.numel() !== 1)
+      throw new ValueError(`a Tensor with ${this.numel()} elements cannot be converted to a scalar`);
+    const v = readerOf(this.storage)(this.offset);
+    return this.dtype === "bool" ? v : v;
+  }
+
+  /** Nested arrays of numbers (booleans for bool tensors), as torch's tolist(). */
+  tolist(): NestedArray<number | boolean> {
+    const read = readerOf(this.storage);
+    const offs = offsets(this.shape, this.strides, this.offset);
+    const isBool = this.dtype === "bool";
+    let k = 0;
+    const build = (d: number): NestedArray<number | boolean> => {
+      if (d === this.ndim) {
+        const v = read(offs[k++]!);
+        return isBool ? v !== 0 : v;
+      }
+      const out: NestedArray<number | boolean>[] = [];
+      for (let i = 0; i < this.shape[d]!; i++) out.push(build(d + 1));
+      return out;
+    };
+    return build(0);
+  }
+
+  /**
+   * A typed-array view (no copy) of this tensor's elements; the tensor must be
+   * contiguous. int64 gives a BigInt64Array, float16/bfloat16 their raw bits.
+   */
+  typedArray(): StorageArray {
+    if (!this.isContiguous())
+      throw new ValueError("typedArray() needs a contiguous tensor; call .contiguous() first");
+    return this.storage.data.subarray(this.offset, this.offset + this.numel());
+  }
+
+  /** The elements as plain numbers in row-major order (a copy). */
+  toArray(): number[] {
+    const read = readerOf(this.storage);
+    return Array.from(offsets(this.shape, this.strides, this.offset), (o) => read(o));
+  }
+
+  /** Throws a DTypeError unless this tensor has dtype `d`. */
+  expectDType(d: DType, what: string): void {
+    if (this.dtype !== d) throw new DTypeError(`${what}: expected dtype ${d} but got ${this.dtype}`);
+  }
+
+  toString(): string {
+    return formatTensor(this);
+  }
+
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return formatTensor(this);
+  }
+}
+
+export type { NumArray };
