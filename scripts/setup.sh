@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Prepares a fresh Debian machine (or re-checks a prepared one) for tprpc: the Debian packages the
+# PyTorch parity fixtures and the benchmark reference need, the npm devDependencies, and the build.
+# Idempotent: every step is skipped when already done. Run from anywhere: bash scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { echo "[setup] $*"; }
+
+# 1. Debian packages. NB: python3-torch is Debian's torch for /usr/bin/python3, which
+#    `npm run fixtures` and `npm run bench` use (a pyenv python3 on PATH may lack torch).
+#    NB: without libopenblas0-pthread, Debian's torch does its matmuls with the reference BLAS
+#    (libblas3, ~7 GFLOP/s instead of ~150 per core), which would make the bench's torch column a straw man.
+APT_PACKAGES=(python3-torch python3-numpy libopenblas0-pthread)
+missing=()
+if command -v dpkg >/dev/null 2>&1; then
+  for p in "${APT_PACKAGES[@]}"; do
+    status=$(dpkg -s "$p" 2>/dev/null | sed -n 's/^Status: //p' || true)
+    [[ "$status" == "install ok installed" ]] || missing+=("$p")
+  done
+else
+  log "dpkg not found (not Debian?): skipping apt; install ${APT_PACKAGES[*]} (or torch + numpy for /usr/bin/python3) yourself"
+fi
+
+if ((${#missing[@]} == 0)); then
+  command -v dpkg >/dev/null 2>&1 && log "Debian packages present: ${APT_PACKAGES[*]}"
+else
+  if [[ $(id -u) -eq 0 ]]; then SUDO=(); elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=(sudo -n); else SUDO=(none); fi
+  if [[ "${SUDO[*]-}" == none ]]; then
+    log "WARNING: missing ${missing[*]} and not root (no passwordless sudo): skipping apt."
+    log "         npm run fixtures / the torch column of npm run bench need them:"
+    log "         sudo apt-get install -y ${missing[*]}"
+  else
+    log "installing ${missing[*]} (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    "${SUDO[@]}" apt-get update -q
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+# 2. npm packages, from the lockfile. NB: npm writes node_modules/.package-lock.json on every
+#    install, so a lockfile newer than it means the tree is stale.
+if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
+  log "npm ci"
+  if ! npm ci --no-audit --no-fund; then
+    # NB: npm ci refuses a lockfile that lacks optional platform packages (here the win32/darwin/musl
+    # builds of @biomejs/cli-*, which the registry mirror this lockfile came from does not serve).
+    # npm install still honours every version the lockfile pins; it only fills in what is missing.
+    log "WARNING: npm ci failed (lockfile out of sync?); falling back to npm install"
+    npm install --no-audit --no-fund
+  fi
+else
+  log "node_modules up to date with package-lock.json"
+fi
+
+# 3. Build (tsc -> dist/).
+log "npm run build"
+npm run build --silent
+log "done"
