@@ -14,6 +14,11 @@ import { type Operand, record } from "../function.js";
 
 const sumTo = (g: Tensor, x: Operand): Tensor | null => (x instanceof Tensor ? raw.sumToShape(g, x.shape) : null);
 
+/** The tensors among `saved` whose partner input (same position in `whenGrad`) requires grad. */
+function savedFor(saved: Operand[], whenGrad: Operand[]): Tensor[] {
+  return saved.filter((s, i): s is Tensor => s instanceof Tensor && whenGrad[i] instanceof Tensor && (whenGrad[i] as Tensor).requiresGrad);
+}
+
 function checkMixed(op: string, a: Operand, b: Operand): void {
   // NB: bool tensors in arithmetic are fine (promoted); only `sub`/`neg` of bools are refused, as torch does.
   if (op === "sub" && a instanceof Tensor && b instanceof Tensor && a.dtype === "bool" && b.dtype === "bool")
@@ -40,7 +45,8 @@ export function mul(a: Operand, b: Operand): Tensor {
     out,
     [a, b],
     (g, needs) => [needs[0] ? sumTo(raw.binary("mul", g, b), a) : null, needs[1] ? sumTo(raw.binary("mul", g, a), b) : null],
-    [a, b].filter((x): x is Tensor => x instanceof Tensor),
+    // each input is needed only for the other's gradient
+    savedFor([a, b], [b, a]),
   );
 }
 
@@ -85,34 +91,39 @@ export function pow(a: Operand, b: Operand): Tensor {
   );
 }
 
-/** Defines a float unary op with the rule d(out)/dx expressed with (x, out). */
-function floatUnaryOp(op: UnaryOp, name: string, deriv: (x: Tensor, out: Tensor) => Tensor) {
+/**
+ * Defines a float unary op with the rule d(out)/dx expressed with (x, out);
+ * `reads` says which of them the rule uses, so only that one is saved (and
+ * version-checked: in-place variants keep working for rules that read out).
+ */
+function floatUnaryOp(op: UnaryOp, name: string, reads: "x" | "out", deriv: (x: Tensor, out: Tensor) => Tensor) {
   return (x: Tensor): Tensor => {
     const out = raw.floatUnary(op, x);
-    return record(name, out, [x], (g) => [raw.binary("mul", g, deriv(x, out))], [x, out]);
+    return record(name, out, [x], (g) => [raw.binary("mul", g, deriv(x, out))], [reads === "x" ? x : out]);
   };
 }
 
-export const exp = floatUnaryOp("exp", "ExpBackward0", (_x, out) => out);
-export const log = floatUnaryOp("log", "LogBackward0", (x) => raw.unary("reciprocal", x));
-export const sqrt = floatUnaryOp("sqrt", "SqrtBackward0", (_x, out) => raw.binary("div", 0.5, out));
-export const rsqrt = floatUnaryOp("rsqrt", "RsqrtBackward0", (_x, out) => raw.binary("mul", raw.unary("powScalar", out, [3]), -0.5));
-export const tanh = floatUnaryOp("tanh", "TanhBackward0", (_x, out) => raw.binary("sub", 1, raw.unary("square", out)));
-export const sigmoid = floatUnaryOp("sigmoid", "SigmoidBackward0", (_x, out) => raw.binary("mul", out, raw.binary("sub", 1, out)));
-export const erf = floatUnaryOp("erf", "ErfBackward0", (x) =>
+export const exp = floatUnaryOp("exp", "ExpBackward0", "out", (_x, out) => out);
+export const log = floatUnaryOp("log", "LogBackward0", "x", (x) => raw.unary("reciprocal", x));
+export const sqrt = floatUnaryOp("sqrt", "SqrtBackward0", "out", (_x, out) => raw.binary("div", 0.5, out));
+export const rsqrt = floatUnaryOp("rsqrt", "RsqrtBackward0", "out", (_x, out) => raw.binary("mul", raw.unary("powScalar", out, [3]), -0.5));
+export const tanh = floatUnaryOp("tanh", "TanhBackward0", "out", (_x, out) => raw.binary("sub", 1, raw.unary("square", out)));
+export const sigmoid = floatUnaryOp("sigmoid", "SigmoidBackward0", "out", (_x, out) => raw.binary("mul", out, raw.binary("sub", 1, out)));
+export const erf = floatUnaryOp("erf", "ErfBackward0", "x", (x) =>
   raw.binary("mul", raw.unary("exp", raw.unary("neg", raw.unary("square", x))), 2 / Math.sqrt(Math.PI)),
 );
-export const sin = floatUnaryOp("sin", "SinBackward0", (x) => raw.unary("cos", x));
-export const cos = floatUnaryOp("cos", "CosBackward0", (x) => raw.unary("neg", raw.unary("sin", x)));
-export const reciprocal = floatUnaryOp("reciprocal", "ReciprocalBackward0", (_x, out) => raw.unary("neg", raw.unary("square", out)));
-export const log1p = floatUnaryOp("log1p", "Log1PBackward0", (x) => raw.unary("reciprocal", raw.binary("add", x, 1)));
-export const expm1 = floatUnaryOp("expm1", "Expm1Backward0", (_x, out) => raw.binary("add", out, 1));
+export const sin = floatUnaryOp("sin", "SinBackward0", "x", (x) => raw.unary("cos", x));
+export const cos = floatUnaryOp("cos", "CosBackward0", "x", (x) => raw.unary("neg", raw.unary("sin", x)));
+export const reciprocal = floatUnaryOp("reciprocal", "ReciprocalBackward0", "out", (_x, out) => raw.unary("neg", raw.unary("square", out)));
+export const log1p = floatUnaryOp("log1p", "Log1PBackward0", "x", (x) => raw.unary("reciprocal", raw.binary("add", x, 1)));
+export const expm1 = floatUnaryOp("expm1", "Expm1Backward0", "out", (_x, out) => raw.binary("add", out, 1));
 
-/** Ops that keep the input dtype (valid on integers too). */
-function sameTypeUnaryOp(op: UnaryOp, name: string, deriv: ((x: Tensor, out: Tensor) => Tensor) | null) {
+/** Ops that keep the input dtype (valid on integers too); a null rule means a zero gradient. */
+function sameTypeUnaryOp(op: UnaryOp, name: string, reads: "x" | "out", deriv: ((x: Tensor, out: Tensor) => Tensor) | null) {
   return (x: Tensor): Tensor => {
     const out = raw.unary(op, x);
-    return record(name, out, [x], (g) => [deriv ? raw.binary("mul", g, deriv(x, out)) : raw.binary("mul", g, 0)], [x, out]);
+    const saved = deriv ? [reads === "x" ? x : out] : [];
+    return record(name, out, [x], (g) => [deriv ? raw.binary("mul", g, deriv(x, out)) : raw.binary("mul", g, 0)], saved);
   };
 }
 
@@ -122,13 +133,13 @@ export const neg = (x: Tensor): Tensor => {
   const out = raw.unary("neg", x);
   return record("NegBackward0", out, [x], (g) => [raw.unary("neg", g)]);
 };
-export const abs = sameTypeUnaryOp("abs", "AbsBackward0", (x) => raw.unary("sign", x));
-export const sign = sameTypeUnaryOp("sign", "SignBackward0", null);
-export const square = sameTypeUnaryOp("square", "PowBackward0", (x) => raw.binary("mul", x, 2));
-export const relu = sameTypeUnaryOp("relu", "ReluBackward0", (_x, out) => raw.binary("gt", out, 0));
-export const floor = sameTypeUnaryOp("floor", "FloorBackward0", null);
-export const ceil = sameTypeUnaryOp("ceil", "CeilBackward0", null);
-export const round = sameTypeUnaryOp("round", "RoundBackward0", null);
+export const abs = sameTypeUnaryOp("abs", "AbsBackward0", "x", (x) => raw.unary("sign", x));
+export const sign = sameTypeUnaryOp("sign", "SignBackward0", "x", null);
+export const square = sameTypeUnaryOp("square", "PowBackward0", "x", (x) => raw.binary("mul", x, 2));
+export const relu = sameTypeUnaryOp("relu", "ReluBackward0", "out", (_x, out) => raw.binary("gt", out, 0));
+export const floor = sameTypeUnaryOp("floor", "FloorBackward0", "x", null);
+export const ceil = sameTypeUnaryOp("ceil", "CeilBackward0", "x", null);
+export const round = sameTypeUnaryOp("round", "RoundBackward0", "x", null);
 
 /** GELU, exact (erf) by default or the tanh approximation with { approximate: "tanh" }. */
 export function gelu(x: Tensor, opts: { approximate?: "none" | "tanh" } = {}): Tensor {
