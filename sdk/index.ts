@@ -102,4 +102,6 @@ export {
 } from "./autograd/ops/views.js";
 export { indexSelect, gather, scatterAdd, embedding, softmax, logSoftmax } from "./autograd/ops/indexing.js";
 
+export * as optim from "./optim/index.js";
+
 export * from "./errors/index.js";

@@ -1,0 +1,44 @@
+/**
+ * AdamW (Loshchilov & Hutter): Adam with decoupled weight decay, as
+ * torch.optim.AdamW (1.13, single-tensor path). Before the Adam update
+ * (adam.ts), the parameter itself decays: p = p * (1 - lr * weightDecay);
+ * the gradient is left alone. Default weightDecay is 1e-2.
+ *
+ *   const opt = new optim.AdamW(params, { lr: 3e-4, weightDecay: 0.1 });
+ */
+import { Optimizer, type ParamGroup, type ParamsInput } from "./optimizer.js";
+import { type AdamOptions, adamUpdate, checkAdamOptions } from "./adam.js";
+
+export type AdamWOptions = AdamOptions;
+
+export class AdamW extends Optimizer<AdamWOptions> {
+  constructor(params: ParamsInput<AdamWOptions>, options: Partial<AdamWOptions> = {}) {
+    const defaults: AdamWOptions = {
+      lr: options.lr ?? 1e-3,
+      betas: options.betas ?? [0.9, 0.999],
+      eps: options.eps ?? 1e-8,
+      weightDecay: options.weightDecay ?? 1e-2,
+      amsgrad: options.amsgrad ?? false,
+      maximize: options.maximize ?? false,
+    };
+    checkAdamOptions(defaults);
+    super(params, defaults);
+  }
+
+  protected override validateGroup(group: ParamGroup<AdamWOptions>): void {
+    checkAdamOptions(group);
+  }
+
+  protected update(): void {
+    for (const group of this.paramGroups) {
+      for (const p of group.params) {
+        if (p.grad === null) continue;
+        const state = this.stateOf(p);
+        const grad = group.maximize ? p.grad.neg() : p.grad;
+        // NB: torch 1.13 decays even when weightDecay is 0 (a multiply by exactly 1).
+        p.mul_(1 - group.lr * group.weightDecay);
+        adamUpdate(p, grad, state, group);
+      }
+    }
+  }
+}
