@@ -42,13 +42,7 @@ fi
 #    install, so a lockfile newer than it means the tree is stale.
 if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
   log "npm ci"
-  if ! npm ci --no-audit --no-fund; then
-    # NB: npm ci refuses a lockfile that lacks optional platform packages (here the win32/darwin/musl
-    # builds of @biomejs/cli-*, which the registry mirror this lockfile came from does not serve).
-    # npm install still honours every version the lockfile pins; it only fills in what is missing.
-    log "WARNING: npm ci failed (lockfile out of sync?); falling back to npm install"
-    npm install --no-audit --no-fund
-  fi
+  npm ci --no-audit --no-fund
 else
   log "node_modules up to date with package-lock.json"
 fi
