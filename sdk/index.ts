@@ -105,3 +105,4 @@ export { indexSelect, gather, scatterAdd, embedding, softmax, logSoftmax } from 
 export * as optim from "./optim/index.js";
 
 export * from "./errors/index.js";
+export * as nn from "./nn/index.js";

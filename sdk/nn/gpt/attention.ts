@@ -1,0 +1,68 @@
+/**
+ * CausalSelfAttention: nanoGPT-style multi-head self-attention in which
+ * position t attends to positions 0..t only.
+ *
+ * forward(x [B, T, C]):
+ * 1. q, k, v = cAttn(x) split in three along C;
+ * 2. each reshaped to heads: [B, nHead, T, C / nHead];
+ * 3. softmax(q kᵀ / sqrt(hs), future masked to -inf), dropout, times v;
+ * 4. heads merged back to [B, T, C], then cProj and residual dropout.
+ *
+ * The causal mask is a non-persistent buffer, so the state dict holds only
+ * cAttn.{weight,bias} and cProj.{weight,bias}, as the PyTorch reference.
+ */
+import { ShapeError } from "../../errors/index.js";
+import type { Tensor } from "../../tensor/tensor.js";
+import { causalMask, scaledDotProductAttention } from "../functional.js";
+import { Module } from "../module.js";
+import { Dropout } from "../modules/dropout.js";
+import { Linear } from "../modules/linear.js";
+import { type BlockConfig, resolveBlockConfig } from "./config.js";
+
+export class CausalSelfAttention extends Module<[Tensor], Tensor> {
+  cAttn: Linear;
+  cProj: Linear;
+  attnDropout: Dropout;
+  residDropout: Dropout;
+  /** [blockSize, blockSize], true where a query may attend (lower triangle). */
+  declare mask: Tensor;
+  readonly nEmbd: number;
+  readonly nHead: number;
+  readonly blockSize: number;
+
+  constructor(config: BlockConfig) {
+    super();
+    const c = resolveBlockConfig(config);
+    this.nEmbd = c.nEmbd;
+    this.nHead = c.nHead;
+    this.blockSize = c.blockSize;
+    this.cAttn = new Linear(c.nEmbd, 3 * c.nEmbd, { bias: c.bias });
+    this.cProj = new Linear(c.nEmbd, c.nEmbd, { bias: c.bias });
+    this.attnDropout = new Dropout(c.dropout);
+    this.residDropout = new Dropout(c.dropout);
+    this.registerBuffer("mask", causalMask(c.blockSize).logicalNot(), false);
+  }
+
+  forward(x: Tensor): Tensor {
+    if (x.ndim !== 3 || x.shape[2] !== this.nEmbd)
+      throw new ShapeError(
+        `CausalSelfAttention expects input of shape [B, T, ${this.nEmbd}], got [${x.shape.join(", ")}]`,
+      );
+    const [B, T, C] = x.shape as [number, number, number];
+    if (T > this.blockSize)
+      throw new ShapeError(`Cannot forward sequence of length ${T}, block size is only ${this.blockSize}`);
+    const hs = C / this.nHead;
+    const heads = (t: Tensor): Tensor => t.view(B, T, this.nHead, hs).transpose(1, 2);
+    const [q, k, v] = this.cAttn.forward(x).split(C, 2) as [Tensor, Tensor, Tensor];
+    const y = scaledDotProductAttention(heads(q), heads(k), heads(v), {
+      attnMask: this.mask.slice(0, 0, T).slice(1, 0, T),
+      dropoutP: this.training ? this.attnDropout.p : 0,
+    });
+    const merged = y.transpose(1, 2).contiguous().view(B, T, C);
+    return this.residDropout.forward(this.cProj.forward(merged));
+  }
+
+  override extraRepr(): string {
+    return `nHead=${this.nHead}, blockSize=${this.blockSize}`;
+  }
+}
