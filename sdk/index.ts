@@ -77,7 +77,20 @@ export {
   logicalNot,
   isnan,
 } from "./autograd/ops/elementwise.js";
-export { sum, mean, variance as var, std, max, min, amax, argmax, argmin, logsumexp, prod, type ValuesIndices } from "./autograd/ops/reduce.js";
+export {
+  sum,
+  mean,
+  variance as var,
+  std,
+  max,
+  min,
+  amax,
+  argmax,
+  argmin,
+  logsumexp,
+  prod,
+  type ValuesIndices,
+} from "./autograd/ops/reduce.js";
 export { matmul, mm, bmm } from "./autograd/ops/linalg.js";
 export {
   view,

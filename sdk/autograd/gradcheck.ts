@@ -39,7 +39,11 @@ function weights(n: number, seed: number): Float64Array {
  * Checks `fn` at `inputs` (float64 tensors; those with requiresGrad are
  * checked). Returns the result; `assertGradcheck` throws on mismatch.
  */
-export function gradcheck(fn: (...xs: Tensor[]) => Tensor, inputs: Tensor[], opts: GradcheckOptions = {}): GradcheckResult {
+export function gradcheck(
+  fn: (...xs: Tensor[]) => Tensor,
+  inputs: Tensor[],
+  opts: GradcheckOptions = {},
+): GradcheckResult {
   const eps = opts.eps ?? 1e-6;
   const atol = opts.atol ?? 1e-5;
   const rtol = opts.rtol ?? 1e-3;

@@ -108,14 +108,16 @@ export function tensor(data: TensorData, opts: TensorOptions = {}): Tensor {
     for (const y of x) walk(y, d + 1);
   };
   walk(data, 0);
-  const inferred: DType = flat.length === 0 ? getDefaultDType() : allBool ? "bool" : allInt ? "int64" : getDefaultDType();
+  const inferred: DType =
+    flat.length === 0 ? getDefaultDType() : allBool ? "bool" : allInt ? "int64" : getDefaultDType();
   return finish(fromFlat(flat, shape, opts.dtype ?? inferred, device), opts);
 }
 
 function shapeArg(shape: Shape | number, rest: number[]): number[] {
   const s = typeof shape === "number" ? [shape, ...rest] : [...shape];
   for (const d of s)
-    if (!Number.isInteger(d) || d < 0) throw new ValueError(`Trying to create tensor with negative dimension ${d}: [${s.join(", ")}]`);
+    if (!Number.isInteger(d) || d < 0)
+      throw new ValueError(`Trying to create tensor with negative dimension ${d}: [${s.join(", ")}]`);
   return s;
 }
 
@@ -162,7 +164,8 @@ export function arange(start: number, end?: number, step = 1, opts: TensorOption
     start = 0;
   }
   if (step === 0) throw new ValueError("arange(): step must be nonzero");
-  if ((end - start) / step < 0) throw new ValueError("arange(): upper bound and larger bound inconsistent with step sign");
+  if ((end - start) / step < 0)
+    throw new ValueError("arange(): upper bound and larger bound inconsistent with step sign");
   const n = Math.ceil((end - start) / step);
   const allInt = [start, end, step].every(Number.isInteger);
   const dtype = opts.dtype ?? (allInt ? "int64" : getDefaultDType());
@@ -242,7 +245,8 @@ export function multinomial(probs: Tensor, numSamples: number, replacement = fal
       throw new ValueError("multinomial(): probability tensor contains either `inf`, `nan` or element < 0");
     for (let s = 0; s < numSamples; s++) {
       const total = row.reduce((a, b) => a + b, 0);
-      if (total <= 0) throw new ValueError("multinomial(): invalid multinomial distribution (sum of probabilities <= 0)");
+      if (total <= 0)
+        throw new ValueError("multinomial(): invalid multinomial distribution (sum of probabilities <= 0)");
       let u = g.random() * total;
       let pick = k - 1;
       for (let i = 0; i < k; i++) {

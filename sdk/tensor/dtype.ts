@@ -7,15 +7,18 @@ import { DTypeError } from "../errors/index.js";
 
 export type DType = "float32" | "float64" | "float16" | "bfloat16" | "int32" | "int64" | "uint8" | "bool";
 
-export const DTYPES: readonly DType[] = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool"];
+export const DTYPES: readonly DType[] = [
+  "float32",
+  "float64",
+  "float16",
+  "bfloat16",
+  "int32",
+  "int64",
+  "uint8",
+  "bool",
+];
 
-export type StorageArray =
-  | Float32Array
-  | Float64Array
-  | Int32Array
-  | BigInt64Array
-  | Uint8Array
-  | Uint16Array;
+export type StorageArray = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Uint16Array;
 
 /** Arrays whose elements read as plain numbers. */
 export type NumArray = Float32Array | Float64Array | Int32Array | Uint8Array;

@@ -9,7 +9,15 @@ import { arraysEqual } from "../util/index.js";
 import { getBackend } from "./backend/registry.js";
 import { type BinaryOp, COMPARISON_OPS, type ReduceOp, type UnaryOp } from "./backend/interface.js";
 import { type DType, category, getDefaultDType, isFloating, promoteTypes, scalarDType } from "./dtype.js";
-import { broadcastShapes, contiguousStrides, expandStrides, normDim, type Shape, shapeStr, viewStrides } from "./shape.js";
+import {
+  broadcastShapes,
+  contiguousStrides,
+  expandStrides,
+  normDim,
+  type Shape,
+  shapeStr,
+  viewStrides,
+} from "./shape.js";
 import { Storage } from "./storage.js";
 import { Tensor } from "./tensor.js";
 
@@ -115,7 +123,12 @@ export function where(cond: Tensor, a: Operand, b: Operand): Tensor {
   const dtype = resultType(a, b);
   const shape = broadcastShapes(cond.shape, shapeOf(a), shapeOf(b));
   const out = empty(shape, dtype);
-  getBackend().where(expandTo(cond, shape), expandTo(toTensor(a, dtype), shape), expandTo(toTensor(b, dtype), shape), out);
+  getBackend().where(
+    expandTo(cond, shape),
+    expandTo(toTensor(a, dtype), shape),
+    expandTo(toTensor(b, dtype), shape),
+    out,
+  );
   return out;
 }
 
@@ -124,7 +137,9 @@ export function reduce(op: ReduceOp, x: Tensor, dims: readonly number[], keepdim
   const kept = x.shape.map((d, i) => (dims.includes(i) ? 1 : d));
   const dtype = outDType ?? (op === "sum" || op === "prod" ? (isFloating(x.dtype) ? x.dtype : "int64") : x.dtype);
   if ((op === "max" || op === "min") && x.numel() === 0)
-    throw new ShapeError(`${op}(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.`);
+    throw new ShapeError(
+      `${op}(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.`,
+    );
   const out = empty(kept, dtype);
   getBackend().reduce(op, x, dims, out);
   return keepdim ? out : squeezeDims(out, dims);
@@ -168,7 +183,9 @@ export function sumToShape(g: Tensor, shape: Shape): Tensor {
  */
 export function matmul(a: Tensor, b: Tensor): Tensor {
   if (a.ndim === 0 || b.ndim === 0)
-    throw new ShapeError("both arguments to matmul need to be at least 1D, but they are " + `${a.ndim}D and ${b.ndim}D`);
+    throw new ShapeError(
+      "both arguments to matmul need to be at least 1D, but they are " + `${a.ndim}D and ${b.ndim}D`,
+    );
   if (a.dtype !== b.dtype)
     throw new DTypeError(`expected m1 and m2 to have the same dtype, but got: ${a.dtype} != ${b.dtype}`);
   const a2 = a.ndim === 1 ? asStrided(a, [1, a.shape[0]!], [0, a.strides[0]!], a.offset) : a;
@@ -258,5 +275,13 @@ export function copyInto(dst: Tensor, src: Operand): void {
 }
 
 export function newStorageTensor(shape: Shape, dtype: DType): Tensor {
-  return new Tensor(Storage.alloc(dtype, shape.reduce((p, d) => p * d, 1)), [...shape], contiguousStrides(shape), 0);
+  return new Tensor(
+    Storage.alloc(
+      dtype,
+      shape.reduce((p, d) => p * d, 1),
+    ),
+    [...shape],
+    contiguousStrides(shape),
+    0,
+  );
 }

@@ -86,15 +86,15 @@ export function inferShape(shape: readonly number[], numel: number): number[] {
   const out = [...shape];
   const neg = out.indexOf(-1);
   if (out.filter((d) => d === -1).length > 1) throw new ShapeError("only one dimension can be inferred");
-  for (const d of out)
-    if (d < -1 || !Number.isInteger(d)) throw new ShapeError(`invalid shape dimension ${d}`);
+  for (const d of out) if (d < -1 || !Number.isInteger(d)) throw new ShapeError(`invalid shape dimension ${d}`);
   if (neg >= 0) {
     const rest = out.reduce((p, d, i) => (i === neg ? p : p * d), 1);
     if (rest === 0 || numel % rest !== 0)
       throw new ShapeError(`shape '[${shape.join(", ")}]' is invalid for input of size ${numel}`);
     out[neg] = numel / rest;
   }
-  if (numelOf(out) !== numel) throw new ShapeError(`shape '[${shape.join(", ")}]' is invalid for input of size ${numel}`);
+  if (numelOf(out) !== numel)
+    throw new ShapeError(`shape '[${shape.join(", ")}]' is invalid for input of size ${numel}`);
   return out;
 }
 

@@ -119,12 +119,11 @@ export class Tensor {
     return this;
   }
 
-  /** The Python value of a one-element tensor. */
+  /** The value of a one-element tensor as a JS number (bool tensors give 1 or 0; tolist() gives booleans). */
   item(): number {
     if (this.numel() !== 1)
       throw new ValueError(`a Tensor with ${this.numel()} elements cannot be converted to a scalar`);
-    const v = readerOf(this.storage)(this.offset);
-    return this.dtype === "bool" ? v : v;
+    return readerOf(this.storage)(this.offset);
   }
 
   /** Nested arrays of numbers (booleans for bool tensors), as torch's tolist(). */
@@ -150,8 +149,7 @@ export class Tensor {
    * contiguous. int64 gives a BigInt64Array, float16/bfloat16 their raw bits.
    */
   typedArray(): StorageArray {
-    if (!this.isContiguous())
-      throw new ValueError("typedArray() needs a contiguous tensor; call .contiguous() first");
+    if (!this.isContiguous()) throw new ValueError("typedArray() needs a contiguous tensor; call .contiguous() first");
     return this.storage.data.subarray(this.offset, this.offset + this.numel());
   }
 

@@ -12,11 +12,7 @@ export function debug(level: number, scope: string, ...args: unknown[]): void {
 }
 
 /** Throws `new Err(message())` when `cond` is false; the message is built lazily. */
-export function check(
-  cond: unknown,
-  Err: new (msg: string) => TprpcError,
-  message: () => string,
-): asserts cond {
+export function check(cond: unknown, Err: new (msg: string) => TprpcError, message: () => string): asserts cond {
   if (!cond) throw new Err(message());
 }
 

@@ -97,7 +97,14 @@ describe("autograd engine", () => {
   it("refuses in-place results that can't be cast to self's dtype", () => {
     const i = tensor([1, 2], { dtype: "int64" });
     expect(() => i.add_(0.5)).toThrow(DTypeError);
-    expect(() => tensor([1, 2]).add_(tensor([[1, 2], [3, 4]]))).toThrow(ShapeError);
+    expect(() =>
+      tensor([1, 2]).add_(
+        tensor([
+          [1, 2],
+          [3, 4],
+        ]),
+      ),
+    ).toThrow(ShapeError);
   });
 
   it("refuses grad-recording in-place ops on views", () => {

@@ -59,7 +59,11 @@ const cases: Case[] = [
   ["gelu tanh", () => [f64([8])], (a) => gelu(a, { approximate: "tanh" })],
   ["erf", () => [f64([8])], (a) => a.erf()],
   ["sin / cos", () => [f64([5])], (a) => a.sin().add(a.cos())],
-  ["clamp", () => [tensor([-2.1, -0.5, 0.3, 0.9, 1.7], { dtype: "float64", requiresGrad: true })], (a) => a.clamp(-1, 1)],
+  [
+    "clamp",
+    () => [tensor([-2.1, -0.5, 0.3, 0.9, 1.7], { dtype: "float64", requiresGrad: true })],
+    (a) => a.clamp(-1, 1),
+  ],
   ["maximum / minimum", () => [f64([3, 4]), f64([4])], (a, b) => a.maximum(b).add(a.minimum(b).mul(2))],
   ["where", () => [f64([3, 4]), f64([3, 4])], (a, b) => where(a.gt(0), a, b.mul(3))],
   ["maskedFill", () => [f64([3, 4])], (a) => a.maskedFill(tensor([true, false, true, false]), -1)],
@@ -73,7 +77,11 @@ const cases: Case[] = [
   ["amax", () => [f64([3, 4])], (a) => a.amax(1)],
   ["logsumexp", () => [f64([3, 4])], (a) => a.logsumexp(1)],
   ["prod dim", () => [f64([3, 4])], (a) => a.prod(1)],
-  ["prod all with a zero", () => [tensor([1.5, 0, -2, 0.7], { dtype: "float64", requiresGrad: true })], (a) => a.prod()],
+  [
+    "prod all with a zero",
+    () => [tensor([1.5, 0, -2, 0.7], { dtype: "float64", requiresGrad: true })],
+    (a) => a.prod(),
+  ],
   ["matmul 2d", () => [f64([3, 4]), f64([4, 2])], (a, b) => a.matmul(b)],
   ["matmul 1d·1d", () => [f64([4]), f64([4])], (a, b) => a.matmul(b)],
   ["matmul 2d·1d", () => [f64([3, 4]), f64([4])], (a, b) => a.matmul(b)],
@@ -93,15 +101,40 @@ const cases: Case[] = [
   ["reshape of non-contiguous", () => [f64([3, 4])], (a) => a.t().reshape(12)],
   ["permute", () => [f64([2, 3, 4])], (a) => a.permute(2, 0, 1).mul(tensor([1, 2, 3], { dtype: "float64" }))],
   ["transpose", () => [f64([2, 3, 4])], (a) => a.transpose(0, 2).exp()],
-  ["narrow / select / slice", () => [f64([4, 5])], (a) => a.narrow(0, 1, 2).sum().add(a.select(1, 3).sum()).add(a.slice(1, 0, 5, 2).exp().sum())],
+  [
+    "narrow / select / slice",
+    () => [f64([4, 5])],
+    (a) =>
+      a
+        .narrow(0, 1, 2)
+        .sum()
+        .add(a.select(1, 3).sum())
+        .add(a.slice(1, 0, 5, 2).exp().sum()),
+  ],
   ["expand", () => [f64([3, 1])], (a) => a.expand(2, 3, 4).mul(tensor([1, 2, 3, 4], { dtype: "float64" }))],
   ["squeeze / unsqueeze", () => [f64([3, 1, 2])], (a) => a.squeeze(1).unsqueeze(0).exp()],
   ["contiguous / clone", () => [f64([3, 4])], (a) => a.t().contiguous().clone().mul(2)],
   ["cat", () => [f64([2, 3]), f64([1, 3])], (a, b) => cat([a, b.exp(), a], 0)],
   ["cat dim 1", () => [f64([2, 3]), f64([2, 1])], (a, b) => cat([a, b], 1)],
   ["stack", () => [f64([2, 3]), f64([2, 3])], (a, b) => stack([a, b], 1)],
-  ["split / chunk", () => [f64([5, 2])], (a) => { const [p, q] = a.split([2, 3]); const c = a.chunk(2, 0); return p!.sum().mul(q!.exp().sum()).add(c[1]!.square().sum()); }],
-  ["in-place on a non-leaf", () => [f64([3, 4])], (a) => { const y = a.mul(2); y.add_(1).mul_(3).exp_().sigmoid_(); return y; }],
+  [
+    "split / chunk",
+    () => [f64([5, 2])],
+    (a) => {
+      const [p, q] = a.split([2, 3]);
+      const c = a.chunk(2, 0);
+      return p!.sum().mul(q!.exp().sum()).add(c[1]!.square().sum());
+    },
+  ],
+  [
+    "in-place on a non-leaf",
+    () => [f64([3, 4])],
+    (a) => {
+      const y = a.mul(2);
+      y.add_(1).mul_(3).exp_().sigmoid_();
+      return y;
+    },
+  ],
 ];
 
 describeEachBackend("gradcheck", () => {

@@ -31,18 +31,31 @@ import { describeEachBackend, expectClose } from "../helpers.js";
 
 describeEachBackend("tensor", () => {
   it("creates from nested arrays with torch's dtype inference", () => {
-    expect(tensor([[1, 2], [3, 4]]).dtype).toBe("int64");
+    expect(
+      tensor([
+        [1, 2],
+        [3, 4],
+      ]).dtype,
+    ).toBe("int64");
     expect(tensor([1.5, 2]).dtype).toBe("float32");
     expect(tensor([true, false]).dtype).toBe("bool");
     expect(tensor(3.5).shape).toEqual([]);
-    expect(tensor([[1, 2], [3, 4]]).shape).toEqual([2, 2]);
+    expect(
+      tensor([
+        [1, 2],
+        [3, 4],
+      ]).shape,
+    ).toEqual([2, 2]);
     expect(() => tensor([[1, 2], [3]])).toThrow(ShapeError);
     expect(tensor(new Float64Array([1, 2])).dtype).toBe("float64");
     expect(tensor(new BigInt64Array([5n, -7n])).tolist()).toEqual([5, -7]);
   });
 
   it("has creation ops matching torch", () => {
-    expect(zeros([2, 3]).tolist()).toEqual([[0, 0, 0], [0, 0, 0]]);
+    expect(zeros([2, 3]).tolist()).toEqual([
+      [0, 0, 0],
+      [0, 0, 0],
+    ]);
     expect(ones([2]).dtype).toBe("float32");
     expect(full([2], 7).dtype).toBe("int64");
     expect(full([2], 0.5).tolist()).toEqual([0.5, 0.5]);
@@ -50,7 +63,10 @@ describeEachBackend("tensor", () => {
     expect(arange(5).dtype).toBe("int64");
     expectClose(arange(0, 1, 0.25), [0, 0.25, 0.5, 0.75]);
     expectClose(linspace(0, 1, 5), [0, 0.25, 0.5, 0.75, 1]);
-    expect(eye(2, 3).tolist()).toEqual([[1, 0, 0], [0, 1, 0]]);
+    expect(eye(2, 3).tolist()).toEqual([
+      [1, 0, 0],
+      [0, 1, 0],
+    ]);
     expect(() => zeros([-1])).toThrow(ValueError);
   });
 
@@ -95,15 +111,27 @@ describeEachBackend("tensor", () => {
     expect(t.storage).toBe(x.storage);
     expect(t.isContiguous()).toBe(false);
     expect(t.contiguous().storage).not.toBe(x.storage);
-    expect(x.narrow(1, 1, 2).tolist()).toEqual([[1, 2], [5, 6], [9, 10]]);
+    expect(x.narrow(1, 1, 2).tolist()).toEqual([
+      [1, 2],
+      [5, 6],
+      [9, 10],
+    ]);
     expect(x.select(0, 2).tolist()).toEqual([8, 9, 10, 11]);
-    expect(x.slice(1, 0, 4, 2).tolist()).toEqual([[0, 2], [4, 6], [8, 10]]);
+    expect(x.slice(1, 0, 4, 2).tolist()).toEqual([
+      [0, 2],
+      [4, 6],
+      [8, 10],
+    ]);
     expect(x.unsqueeze(0).shape).toEqual([1, 3, 4]);
     expect(x.unsqueeze(-1).squeeze().shape).toEqual([3, 4]);
     expect(x.permute(1, 0).tolist()).toEqual(t.tolist());
     const e = tensor([1, 2]).expand(3, 2);
     expect(e.stride()).toEqual([0, 1]);
-    expect(e.tolist()).toEqual([[1, 2], [1, 2], [1, 2]]);
+    expect(e.tolist()).toEqual([
+      [1, 2],
+      [1, 2],
+      [1, 2],
+    ]);
     expect(() => t.view(12)).toThrow(/view size is not compatible/);
     expect(t.reshape(12).tolist()).toEqual([0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]);
     x.narrow(0, 0, 1).fill_(-1);
@@ -113,16 +141,35 @@ describeEachBackend("tensor", () => {
   it("concatenates, stacks, splits and chunks", () => {
     const a = arange(6).reshape(2, 3);
     expect(cat([a, a], 0).shape).toEqual([4, 3]);
-    expect(cat([a, a.mul(10)], 1).tolist()).toEqual([[0, 1, 2, 0, 10, 20], [3, 4, 5, 30, 40, 50]]);
+    expect(cat([a, a.mul(10)], 1).tolist()).toEqual([
+      [0, 1, 2, 0, 10, 20],
+      [3, 4, 5, 30, 40, 50],
+    ]);
     expect(stack([a, a], 2).shape).toEqual([2, 3, 2]);
-    expect(a.split(2, 1).map((s) => s.shape)).toEqual([[2, 2], [2, 1]]);
-    expect(arange(5).chunk(2).map((s) => s.tolist())).toEqual([[0, 1, 2], [3, 4]]);
+    expect(a.split(2, 1).map((s) => s.shape)).toEqual([
+      [2, 2],
+      [2, 1],
+    ]);
+    expect(
+      arange(5)
+        .chunk(2)
+        .map((s) => s.tolist()),
+    ).toEqual([
+      [0, 1, 2],
+      [3, 4],
+    ]);
     expect(() => cat([a, zeros([2, 2])], 0)).toThrow(/Sizes of tensors must match except in dimension 0/);
     expect(() => stack([a, zeros([3, 2])])).toThrow(ShapeError);
   });
 
   it("reduces over dims with keepdim, as torch", () => {
-    const x = tensor([[1, 5, 3], [4, 2, 6]], { dtype: "float32" });
+    const x = tensor(
+      [
+        [1, 5, 3],
+        [4, 2, 6],
+      ],
+      { dtype: "float32" },
+    );
     expect(x.sum().item()).toBe(21);
     expect(x.sum(0).tolist()).toEqual([5, 7, 9]);
     expect(x.sum(1, true).shape).toEqual([2, 1]);
@@ -134,7 +181,10 @@ describeEachBackend("tensor", () => {
     expect(m.indices.dtype).toBe("int64");
     expect(x.argmax().item()).toBe(5);
     expect(x.argmax(0, true).tolist()).toEqual([[1, 0, 1]]);
-    expectClose(x.logsumexp(1), [Math.log(Math.exp(1) + Math.exp(5) + Math.exp(3)), Math.log(Math.exp(4) + Math.exp(2) + Math.exp(6))]);
+    expectClose(x.logsumexp(1), [
+      Math.log(Math.exp(1) + Math.exp(5) + Math.exp(3)),
+      Math.log(Math.exp(4) + Math.exp(2) + Math.exp(6)),
+    ]);
     expect(tensor([1, 2, 3]).sum().dtype).toBe("int64");
     expect(() => tensor([1, 2]).mean()).toThrow(/floating point/);
     expect(() => x.sum(2)).toThrow(IndexError);
@@ -143,11 +193,40 @@ describeEachBackend("tensor", () => {
   it("indexes with indexSelect, gather, scatterAdd, maskedFill and where", () => {
     const x = arange(6, undefined, 1, { dtype: "float32" }).reshape(2, 3);
     const idx = tensor([2, 0]);
-    expect(x.indexSelect(1, idx).tolist()).toEqual([[2, 0], [5, 3]]);
-    expect(x.gather(1, tensor([[0, 0], [2, 1]])).tolist()).toEqual([[0, 0], [5, 4]]);
-    expect(zeros([2, 3]).scatterAdd(1, tensor([[0, 0, 2]]), ones([1, 3])).tolist()).toEqual([[2, 0, 1], [0, 0, 0]]);
-    expect(x.maskedFill(x.gt(2), -1).tolist()).toEqual([[0, 1, 2], [-1, -1, -1]]);
-    expect(where(x.lt(3), x, zeros([1])).tolist()).toEqual([[0, 1, 2], [0, 0, 0]]);
+    expect(x.indexSelect(1, idx).tolist()).toEqual([
+      [2, 0],
+      [5, 3],
+    ]);
+    expect(
+      x
+        .gather(
+          1,
+          tensor([
+            [0, 0],
+            [2, 1],
+          ]),
+        )
+        .tolist(),
+    ).toEqual([
+      [0, 0],
+      [5, 4],
+    ]);
+    expect(
+      zeros([2, 3])
+        .scatterAdd(1, tensor([[0, 0, 2]]), ones([1, 3]))
+        .tolist(),
+    ).toEqual([
+      [2, 0, 1],
+      [0, 0, 0],
+    ]);
+    expect(x.maskedFill(x.gt(2), -1).tolist()).toEqual([
+      [0, 1, 2],
+      [-1, -1, -1],
+    ]);
+    expect(where(x.lt(3), x, zeros([1])).tolist()).toEqual([
+      [0, 1, 2],
+      [0, 0, 0],
+    ]);
     expect(() => x.indexSelect(1, tensor([3]))).toThrow(/out of bounds/);
     expect(() => x.indexSelect(1, tensor([1.0, 2.5]))).toThrow(DTypeError);
     expect(() => x.maskedFill(tensor([1, 0, 1]), 0)).toThrow(DTypeError);
@@ -158,13 +237,19 @@ describeEachBackend("tensor", () => {
     const b = arange(3, undefined, 1, { dtype: "float32" });
     expect(a.matmul(b).tolist()).toEqual([5, 14]);
     expect(b.matmul(b).item()).toBe(5);
-    expect(a.matmul(a.t()).tolist()).toEqual([[5, 14], [14, 50]]);
+    expect(a.matmul(a.t()).tolist()).toEqual([
+      [5, 14],
+      [14, 50],
+    ]);
     expect(zeros([4, 1, 2, 3]).matmul(zeros([5, 3, 7])).shape).toEqual([4, 5, 2, 7]);
     expect(() => zeros([2, 3]).bmm(zeros([2, 3, 2]))).toThrow(ShapeError);
   });
 
   it("softmax rows sum to one and logSoftmax is stable for large inputs", () => {
-    const x = tensor([[1000, 1001, 1002], [-5, 0, 5]]);
+    const x = tensor([
+      [1000, 1001, 1002],
+      [-5, 0, 5],
+    ]);
     expectClose(x.softmax(1).sum(1), [1, 1]);
     const ls = x.logSoftmax(1).toArray();
     expect(ls.every(Number.isFinite)).toBe(true);
@@ -177,12 +262,22 @@ describeEachBackend("tensor", () => {
     const x = arange(6, undefined, 1, { dtype: "float32" }).reshape(2, 3);
     const view = x.typedArray() as Float32Array;
     view[0] = 42;
-    expect(x.tolist()).toEqual([[42, 1, 2], [3, 4, 5]]);
+    expect(x.tolist()).toEqual([
+      [42, 1, 2],
+      [3, 4, 5],
+    ]);
     expect(() => x.t().typedArray()).toThrow(/contiguous/);
   });
 
   it("prints like PyTorch", () => {
-    expect(String(tensor([[1, 2], [3, 4]]))).toBe("tensor([[1, 2],\n        [3, 4]])");
+    expect(
+      String(
+        tensor([
+          [1, 2],
+          [3, 4],
+        ]),
+      ),
+    ).toBe("tensor([[1, 2],\n        [3, 4]])");
     expect(String(tensor([1.5, -2]))).toBe("tensor([ 1.5000, -2.0000])");
     expect(String(tensor([1, 2], { dtype: "float32" }))).toBe("tensor([1., 2.])");
     expect(String(tensor([1.5], { dtype: "float64" }))).toBe("tensor([1.5000], dtype=float64)");
@@ -221,7 +316,11 @@ describeEachBackend("tensor", () => {
     expect(s.includes(0)).toBe(false);
     const threes = s.filter((v) => v === 2).length / s.length;
     expect(Math.abs(threes - 0.75)).toBeLessThan(0.03);
-    expect(multinomial(tensor([1, 1, 1]), 3).toArray().sort()).toEqual([0, 1, 2]);
+    expect(
+      multinomial(tensor([1, 1, 1]), 3)
+        .toArray()
+        .sort(),
+    ).toEqual([0, 1, 2]);
     expect(() => multinomial(tensor([1, 1]), 3)).toThrow(ValueError);
   });
 });

@@ -4,7 +4,7 @@
  * back to its shape (sumToShape). Integer inputs to float ops compute in the
  * default float dtype, as torch does.
  */
-import { DTypeError, ShapeError } from "../../errors/index.js";
+import { DTypeError, ShapeError, ValueError } from "../../errors/index.js";
 import { arraysEqual } from "../../util/index.js";
 import { broadcastShapes } from "../../tensor/shape.js";
 import type { BinaryOp, UnaryOp } from "../../tensor/backend/interface.js";
@@ -16,26 +16,36 @@ const sumTo = (g: Tensor, x: Operand): Tensor | null => (x instanceof Tensor ? r
 
 /** The tensors among `saved` whose partner input (same position in `whenGrad`) requires grad. */
 function savedFor(saved: Operand[], whenGrad: Operand[]): Tensor[] {
-  return saved.filter((s, i): s is Tensor => s instanceof Tensor && whenGrad[i] instanceof Tensor && (whenGrad[i] as Tensor).requiresGrad);
+  return saved.filter(
+    (s, i): s is Tensor => s instanceof Tensor && whenGrad[i] instanceof Tensor && (whenGrad[i] as Tensor).requiresGrad,
+  );
 }
 
 function checkMixed(op: string, a: Operand, b: Operand): void {
   // NB: bool tensors in arithmetic are fine (promoted); only `sub`/`neg` of bools are refused, as torch does.
   if (op === "sub" && a instanceof Tensor && b instanceof Tensor && a.dtype === "bool" && b.dtype === "bool")
-    throw new DTypeError("Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logicalXor()` operator instead.");
+    throw new DTypeError(
+      "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logicalXor()` operator instead.",
+    );
 }
 
 export function add(a: Operand, b: Operand, alpha = 1): Tensor {
   const bb = alpha === 1 ? b : b instanceof Tensor ? raw.binary("mul", b, alpha) : Number(b) * alpha;
   const out = raw.binary("add", a, bb);
-  return record("AddBackward0", out, [a, b], (g) => [sumTo(g, a), b instanceof Tensor ? sumTo(alpha === 1 ? g : raw.binary("mul", g, alpha), b) : null]);
+  return record("AddBackward0", out, [a, b], (g) => [
+    sumTo(g, a),
+    b instanceof Tensor ? sumTo(alpha === 1 ? g : raw.binary("mul", g, alpha), b) : null,
+  ]);
 }
 
 export function sub(a: Operand, b: Operand, alpha = 1): Tensor {
   checkMixed("sub", a, b);
   const bb = alpha === 1 ? b : b instanceof Tensor ? raw.binary("mul", b, alpha) : Number(b) * alpha;
   const out = raw.binary("sub", a, bb);
-  return record("SubBackward0", out, [a, b], (g) => [sumTo(g, a), b instanceof Tensor ? sumTo(raw.binary("mul", g, -alpha), b) : null]);
+  return record("SubBackward0", out, [a, b], (g) => [
+    sumTo(g, a),
+    b instanceof Tensor ? sumTo(raw.binary("mul", g, -alpha), b) : null,
+  ]);
 }
 
 export function mul(a: Operand, b: Operand): Tensor {
@@ -44,7 +54,10 @@ export function mul(a: Operand, b: Operand): Tensor {
     "MulBackward0",
     out,
     [a, b],
-    (g, needs) => [needs[0] ? sumTo(raw.binary("mul", g, b), a) : null, needs[1] ? sumTo(raw.binary("mul", g, a), b) : null],
+    (g, needs) => [
+      needs[0] ? sumTo(raw.binary("mul", g, b), a) : null,
+      needs[1] ? sumTo(raw.binary("mul", g, a), b) : null,
+    ],
     // each input is needed only for the other's gradient
     savedFor([a, b], [b, a]),
   );
@@ -68,7 +81,13 @@ export function pow(a: Operand, b: Operand): Tensor {
   if (!(a instanceof Tensor) && b instanceof Tensor) {
     // scalar ** tensor
     const out = raw.binary("pow", a, b);
-    return record("PowBackward2", out, [a, b], (g) => [null, raw.binary("mul", raw.binary("mul", g, out), Math.log(Number(a)))], [out]);
+    return record(
+      "PowBackward2",
+      out,
+      [a, b],
+      (g) => [null, raw.binary("mul", raw.binary("mul", g, out), Math.log(Number(a)))],
+      [out],
+    );
   }
   const out = raw.binary("pow", a, b);
   return record(
@@ -82,7 +101,11 @@ export function pow(a: Operand, b: Operand): Tensor {
       if (b instanceof Tensor) {
         // d/db a^b = a^b * log(a), defined as 0 where a == 0 and b >= 0
         const at = a as Tensor;
-        const logA = raw.where(raw.binary("logicalAnd", raw.binary("eq", at, 0), raw.binary("ge", b, 0)), 0, raw.floatUnary("log", at));
+        const logA = raw.where(
+          raw.binary("logicalAnd", raw.binary("eq", at, 0), raw.binary("ge", b, 0)),
+          0,
+          raw.floatUnary("log", at),
+        );
         gb = sumTo(raw.binary("mul", raw.binary("mul", g, out), logA), b);
       }
       return [sumTo(ga, a), gb];
@@ -106,24 +129,45 @@ function floatUnaryOp(op: UnaryOp, name: string, reads: "x" | "out", deriv: (x: 
 export const exp = floatUnaryOp("exp", "ExpBackward0", "out", (_x, out) => out);
 export const log = floatUnaryOp("log", "LogBackward0", "x", (x) => raw.unary("reciprocal", x));
 export const sqrt = floatUnaryOp("sqrt", "SqrtBackward0", "out", (_x, out) => raw.binary("div", 0.5, out));
-export const rsqrt = floatUnaryOp("rsqrt", "RsqrtBackward0", "out", (_x, out) => raw.binary("mul", raw.unary("powScalar", out, [3]), -0.5));
-export const tanh = floatUnaryOp("tanh", "TanhBackward0", "out", (_x, out) => raw.binary("sub", 1, raw.unary("square", out)));
-export const sigmoid = floatUnaryOp("sigmoid", "SigmoidBackward0", "out", (_x, out) => raw.binary("mul", out, raw.binary("sub", 1, out)));
+export const rsqrt = floatUnaryOp("rsqrt", "RsqrtBackward0", "out", (_x, out) =>
+  raw.binary("mul", raw.unary("powScalar", out, [3]), -0.5),
+);
+export const tanh = floatUnaryOp("tanh", "TanhBackward0", "out", (_x, out) =>
+  raw.binary("sub", 1, raw.unary("square", out)),
+);
+export const sigmoid = floatUnaryOp("sigmoid", "SigmoidBackward0", "out", (_x, out) =>
+  raw.binary("mul", out, raw.binary("sub", 1, out)),
+);
 export const erf = floatUnaryOp("erf", "ErfBackward0", "x", (x) =>
   raw.binary("mul", raw.unary("exp", raw.unary("neg", raw.unary("square", x))), 2 / Math.sqrt(Math.PI)),
 );
 export const sin = floatUnaryOp("sin", "SinBackward0", "x", (x) => raw.unary("cos", x));
 export const cos = floatUnaryOp("cos", "CosBackward0", "x", (x) => raw.unary("neg", raw.unary("sin", x)));
-export const reciprocal = floatUnaryOp("reciprocal", "ReciprocalBackward0", "out", (_x, out) => raw.unary("neg", raw.unary("square", out)));
-export const log1p = floatUnaryOp("log1p", "Log1PBackward0", "x", (x) => raw.unary("reciprocal", raw.binary("add", x, 1)));
+export const reciprocal = floatUnaryOp("reciprocal", "ReciprocalBackward0", "out", (_x, out) =>
+  raw.unary("neg", raw.unary("square", out)),
+);
+export const log1p = floatUnaryOp("log1p", "Log1PBackward0", "x", (x) =>
+  raw.unary("reciprocal", raw.binary("add", x, 1)),
+);
 export const expm1 = floatUnaryOp("expm1", "Expm1Backward0", "out", (_x, out) => raw.binary("add", out, 1));
 
 /** Ops that keep the input dtype (valid on integers too); a null rule means a zero gradient. */
-function sameTypeUnaryOp(op: UnaryOp, name: string, reads: "x" | "out", deriv: ((x: Tensor, out: Tensor) => Tensor) | null) {
+function sameTypeUnaryOp(
+  op: UnaryOp,
+  name: string,
+  reads: "x" | "out",
+  deriv: ((x: Tensor, out: Tensor) => Tensor) | null,
+) {
   return (x: Tensor): Tensor => {
     const out = raw.unary(op, x);
     const saved = deriv ? [reads === "x" ? x : out] : [];
-    return record(name, out, [x], (g) => [deriv ? raw.binary("mul", g, deriv(x, out)) : raw.binary("mul", g, 0)], saved);
+    return record(
+      name,
+      out,
+      [x],
+      (g) => [deriv ? raw.binary("mul", g, deriv(x, out)) : raw.binary("mul", g, 0)],
+      saved,
+    );
   };
 }
 
@@ -145,16 +189,22 @@ export const round = sameTypeUnaryOp("round", "RoundBackward0", "x", null);
 export function gelu(x: Tensor, opts: { approximate?: "none" | "tanh" } = {}): Tensor {
   const tanhForm = opts.approximate === "tanh";
   const out = raw.floatUnary(tanhForm ? "geluTanh" : "gelu", x);
-  return record("GeluBackward0", out, [x], (g) => [raw.binary("mul", g, raw.floatUnary(tanhForm ? "geluTanhGrad" : "geluGrad", x))], [x]);
+  return record(
+    "GeluBackward0",
+    out,
+    [x],
+    (g) => [raw.binary("mul", g, raw.floatUnary(tanhForm ? "geluTanhGrad" : "geluGrad", x))],
+    [x],
+  );
 }
 
 /** Clamps into [min, max]; either bound may be undefined (or null). */
 export function clamp(x: Tensor, min?: number | null, max?: number | null): Tensor {
   if ((min === undefined || min === null) && (max === undefined || max === null))
-    throw new DTypeError("clamp(): at least one of 'min' or 'max' must not be None");
+    throw new ValueError("clamp(): at least one of 'min' or 'max' must be given");
   const lo = min ?? Number.NaN;
   const hi = max ?? Number.NaN;
-  const isFloatBound = !Number.isInteger(lo) && !Number.isNaN(lo) || (!Number.isInteger(hi) && !Number.isNaN(hi));
+  const isFloatBound = (!Number.isInteger(lo) && !Number.isNaN(lo)) || (!Number.isInteger(hi) && !Number.isNaN(hi));
   const out = isFloatBound ? raw.floatUnary("clamp", x, [lo, hi]) : raw.unary("clamp", x, [lo, hi]);
   return record(
     "ClampBackward1",
@@ -207,11 +257,15 @@ export function maskedFill(x: Tensor, mask: Tensor, value: number | Tensor): Ten
   if (mask.dtype !== "bool")
     throw new DTypeError(`maskedFill only supports boolean masks, but got mask with dtype ${mask.dtype}`);
   if (value instanceof Tensor && value.ndim !== 0)
-    throw new DTypeError(`maskedFill only supports a 0-dimensional value tensor, but got tensor with ${value.ndim} dimension(s)`);
+    throw new DTypeError(
+      `maskedFill only supports a 0-dimensional value tensor, but got tensor with ${value.ndim} dimension(s)`,
+    );
   const v = value instanceof Tensor ? value.item() : value;
   const shape = broadcastShapes(mask.shape, x.shape);
   if (!arraysEqual(shape, x.shape))
-    throw new ShapeError(`maskedFill: the mask of shape [${mask.shape.join(", ")}] must broadcast to the input's shape [${x.shape.join(", ")}]`);
+    throw new ShapeError(
+      `maskedFill: the mask of shape [${mask.shape.join(", ")}] must broadcast to the input's shape [${x.shape.join(", ")}]`,
+    );
   const out = raw.where(mask, raw.scalarTensor(v, x.dtype), x);
   return record("MaskedFillBackward0", out, [x], (g) => [raw.where(mask, 0, g)]);
 }

@@ -18,7 +18,10 @@ export function indexSelect(x: Tensor, dim: number, index: Tensor): Tensor {
     (g) => {
       // index_add: broadcast the 1-D index along the other dims and scatter-add
       const ishape = g.shape.map((_, i) => (i === d ? index.numel() : 1));
-      const idx = raw.expandTo(raw.asStrided(raw.contiguous(index), ishape, contiguousStrides(ishape), raw.contiguous(index).offset), g.shape);
+      const idx = raw.expandTo(
+        raw.asStrided(raw.contiguous(index), ishape, contiguousStrides(ishape), raw.contiguous(index).offset),
+        g.shape,
+      );
       return [raw.scatterAdd(raw.empty(x.shape, g.dtype), d, idx, g)];
     },
     [index],
@@ -27,13 +30,21 @@ export function indexSelect(x: Tensor, dim: number, index: Tensor): Tensor {
 
 export function gather(x: Tensor, dim: number, index: Tensor): Tensor {
   const out = raw.gather(x, dim, index);
-  return record("GatherBackward0", out, [x], (g) => [raw.scatterAdd(raw.empty(x.shape, g.dtype), dim, index, g)], [index]);
+  return record("GatherBackward0", out, [x], (g) => [raw.scatterAdd(raw.empty(x.shape, g.dtype), dim, index, g)], [
+    index,
+  ]);
 }
 
 /** Out of place: x with src added at index along dim. */
 export function scatterAdd(x: Tensor, dim: number, index: Tensor, src: Tensor): Tensor {
   const out = raw.scatterAdd(x, dim, index, src);
-  return record("ScatterAddBackward0", out, [x, null, src], (g, needs) => [g, null, needs[2] ? raw.gather(g, dim, index) : null], [index]);
+  return record(
+    "ScatterAddBackward0",
+    out,
+    [x, null, src],
+    (g, needs) => [g, null, needs[2] ? raw.gather(g, dim, index) : null],
+    [index],
+  );
 }
 
 /**

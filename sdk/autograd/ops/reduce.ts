@@ -3,7 +3,7 @@
  * along a dim, with indices), argmax/argmin, logsumexp, prod, var/std.
  * `dims` may be a number, a list, or undefined for all dims.
  */
-import { ShapeError } from "../../errors/index.js";
+import { DTypeError } from "../../errors/index.js";
 import { type DType, getDefaultDType, isFloating } from "../../tensor/dtype.js";
 import * as raw from "../../tensor/raw.js";
 import { contiguousStrides, normDim, normDims } from "../../tensor/shape.js";
@@ -35,7 +35,7 @@ export function sum(x: Tensor, dims?: Dims, keepdim = false, opts: { dtype?: DTy
 
 export function mean(x: Tensor, dims?: Dims, keepdim = false): Tensor {
   if (!isFloating(x.dtype))
-    throw new ShapeError(
+    throw new DTypeError(
       `mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: ${x.dtype}`,
     );
   const d = normDims(dims, x.ndim);

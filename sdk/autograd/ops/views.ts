@@ -51,15 +51,29 @@ export function flatten(x: Tensor, startDim = 0, endDim = -1): Tensor {
 
 export function permute(x: Tensor, dims: readonly number[]): Tensor {
   if (dims.length !== x.ndim)
-    throw new ShapeError(`permute(sparse_coo): number of dimensions in the tensor input does not match the length of the desired ordering of dimensions i.e. input.dim() = ${x.ndim} is not equal to len(dims) = ${dims.length}`);
+    throw new ShapeError(
+      `permute(sparse_coo): number of dimensions in the tensor input does not match the length of the desired ordering of dimensions i.e. input.dim() = ${x.ndim} is not equal to len(dims) = ${dims.length}`,
+    );
   const d = dims.map((i) => normDim(i, x.ndim));
   if (new Set(d).size !== d.length) throw new IndexError("permute(): repeated dim");
-  const out = makeView(x, d.map((i) => x.shape[i]!), d.map((i) => x.strides[i]!), x.offset);
+  const out = makeView(
+    x,
+    d.map((i) => x.shape[i]!),
+    d.map((i) => x.strides[i]!),
+    x.offset,
+  );
   const inv = new Array<number>(d.length);
   d.forEach((v, i) => {
     inv[v] = i;
   });
-  return record("PermuteBackward0", out, [x], (g) => [raw.asStrided(g, inv.map((i) => g.shape[i]!), inv.map((i) => g.strides[i]!), g.offset)]);
+  return record("PermuteBackward0", out, [x], (g) => [
+    raw.asStrided(
+      g,
+      inv.map((i) => g.shape[i]!),
+      inv.map((i) => g.strides[i]!),
+      g.offset,
+    ),
+  ]);
 }
 
 export function transpose(x: Tensor, dim0: number, dim1: number): Tensor {
@@ -94,7 +108,15 @@ export function slice(x: Tensor, dim: number, start = 0, end?: number, step = 1)
   const out = makeView(x, shape, strides, x.offset + s * x.strides[d]!);
   return record("SliceBackward0", out, [x], (g) => {
     const z = raw.empty(x.shape, g.dtype);
-    raw.copyInto(raw.asStrided(z, shape, contiguousStrides(x.shape).map((v, i) => (i === d ? v * step : v)), s * contiguousStrides(x.shape)[d]!), g);
+    raw.copyInto(
+      raw.asStrided(
+        z,
+        shape,
+        contiguousStrides(x.shape).map((v, i) => (i === d ? v * step : v)),
+        s * contiguousStrides(x.shape)[d]!,
+      ),
+      g,
+    );
     return [z];
   });
 }
@@ -113,7 +135,9 @@ export function select(x: Tensor, dim: number, index: number): Tensor {
   const d = normDim(dim, x.ndim);
   const size = x.shape[d]!;
   if (index < -size || index >= size)
-    throw new IndexError(`select(): index ${index} out of range for tensor of size ${shapeStr(x.shape)} at dimension ${d}`);
+    throw new IndexError(
+      `select(): index ${index} out of range for tensor of size ${shapeStr(x.shape)} at dimension ${d}`,
+    );
   const i = index < 0 ? index + size : index;
   const shape = x.shape.filter((_, k) => k !== d);
   const strides = x.strides.filter((_, k) => k !== d);
@@ -121,7 +145,15 @@ export function select(x: Tensor, dim: number, index: number): Tensor {
   return record("SelectBackward0", out, [x], (g) => {
     const z = raw.empty(x.shape, g.dtype);
     const zs = contiguousStrides(x.shape);
-    raw.copyInto(raw.asStrided(z, shape, zs.filter((_, k) => k !== d), i * zs[d]!), g);
+    raw.copyInto(
+      raw.asStrided(
+        z,
+        shape,
+        zs.filter((_, k) => k !== d),
+        i * zs[d]!,
+      ),
+      g,
+    );
     return [z];
   });
 }
@@ -130,7 +162,8 @@ export function select(x: Tensor, dim: number, index: number): Tensor {
 export function expand(x: Tensor, shape: readonly number[]): Tensor {
   const lead = shape.length - x.ndim;
   const target = shape.map((s, i) => (s === -1 ? (i < lead ? NaN : x.shape[i - lead]!) : s));
-  if (target.some(Number.isNaN)) throw new ShapeError("expand(): -1 is not allowed in a leading, non-existing dimension");
+  if (target.some(Number.isNaN))
+    throw new ShapeError("expand(): -1 is not allowed in a leading, non-existing dimension");
   const out = asView(raw.expandTo(x, target), x);
   if (out === x) return x;
   return record("ExpandBackward0", out, [x], (g) => [raw.sumToShape(g, x.shape)]);
@@ -222,7 +255,9 @@ export function stack(tensors: readonly Tensor[], dim = 0): Tensor {
   const ref = tensors[0]!;
   for (const [i, t] of tensors.entries())
     if (t.ndim !== ref.ndim || t.shape.some((s, k) => s !== ref.shape[k]))
-      throw new ShapeError(`stack expects each tensor to be equal size, but got ${shapeStr(ref.shape)} at entry 0 and ${shapeStr(t.shape)} at entry ${i}`);
+      throw new ShapeError(
+        `stack expects each tensor to be equal size, but got ${shapeStr(ref.shape)} at entry 0 and ${shapeStr(t.shape)} at entry ${i}`,
+      );
   const d = normDim(dim, ref.ndim + 1);
   return cat(
     tensors.map((t) => unsqueeze(t, d)),
@@ -244,7 +279,9 @@ export function split(x: Tensor, sizeOrSections: number | readonly number[], dim
     sizes = [...sizeOrSections];
     const sum = sizes.reduce((a, b) => a + b, 0);
     if (sum !== total)
-      throw new ShapeError(`split_with_sizes expects split_sizes to sum exactly to ${total} (input tensor's size at dimension ${d}), but got split_sizes=[${sizes.join(", ")}]`);
+      throw new ShapeError(
+        `split_with_sizes expects split_sizes to sum exactly to ${total} (input tensor's size at dimension ${d}), but got split_sizes=[${sizes.join(", ")}]`,
+      );
   }
   let at = 0;
   return sizes.map((s) => {
@@ -255,11 +292,13 @@ export function split(x: Tensor, sizeOrSections: number | readonly number[], dim
 }
 
 export function chunk(x: Tensor, chunks: number, dim = 0): Tensor[] {
-  if (!Number.isInteger(chunks) || chunks <= 0) throw new ShapeError(`chunk expects \`chunks\` to be greater than 0, got: ${chunks}`);
+  if (!Number.isInteger(chunks) || chunks <= 0)
+    throw new ShapeError(`chunk expects \`chunks\` to be greater than 0, got: ${chunks}`);
   const size = x.shape[normDim(dim, x.ndim)]!;
   return split(x, Math.max(1, Math.ceil(size / chunks)), dim);
 }
 
 export function checkSameDType(a: Tensor, b: Tensor, what: string): void {
-  if (a.dtype !== b.dtype) throw new DTypeError(`${what}: expected both tensors to have dtype ${a.dtype}, got ${b.dtype}`);
+  if (a.dtype !== b.dtype)
+    throw new DTypeError(`${what}: expected both tensors to have dtype ${a.dtype}, got ${b.dtype}`);
 }

@@ -73,7 +73,16 @@ export type BinaryOp =
 
 export type ReduceOp = "sum" | "prod" | "max" | "min";
 
-export const COMPARISON_OPS: ReadonlySet<BinaryOp> = new Set(["eq", "ne", "lt", "le", "gt", "ge", "logicalAnd", "logicalOr"]);
+export const COMPARISON_OPS: ReadonlySet<BinaryOp> = new Set([
+  "eq",
+  "ne",
+  "lt",
+  "le",
+  "gt",
+  "ge",
+  "logicalAnd",
+  "logicalOr",
+]);
 
 export interface Backend {
   /** Short name used by TPRPC_BACKEND and in test names ("ts", "native"). */
