@@ -1,0 +1,41 @@
+{
+  # The tprpc addon. One target; sources are listed explicitly (gyp does not glob).
+  # BLAS: Debian's static OpenBLAS (libopenblas-pthread-dev, built with DYNAMIC_ARCH, so one
+  # binary picks the right kernels at run time) is linked in, keeping the prebuild self-contained.
+  "variables": {
+    "openblas_dir%": "/usr/lib/x86_64-linux-gnu/openblas-pthread",
+    "openblas_inc%": "/usr/include/x86_64-linux-gnu/openblas-pthread"
+  },
+  "targets": [
+    {
+      "target_name": "tprpc",
+      "sources": [
+        "src/addon.cc",
+        "src/view.cc",
+        "src/errors.cc",
+        "src/dynlib.cc",
+        "src/memory.cc",
+        "src/thread_pool.cc",
+        "src/kernels/elementwise.cc",
+        "src/kernels/reduce.cc",
+        "src/kernels/matmul.cc",
+        "src/kernels/softmax.cc",
+        "src/kernels/indexing.cc",
+        "src/kernels/copy.cc"
+      ],
+      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "src", "<(openblas_inc)"],
+      "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_CPP_EXCEPTIONS"],
+      "cflags!": ["-fno-exceptions"],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++14", "-std=gnu++17"],
+      "cflags_cc": ["-std=c++17", "-O3", "-fexceptions", "-fvisibility=hidden"],
+      "cflags": ["-O3"],
+      "libraries": [
+        "<(openblas_dir)/libopenblas.a",
+        "-lpthread",
+        "-ldl",
+        "-Wl,--exclude-libs,ALL",
+        "-Wl,--gc-sections"
+      ]
+    }
+  ]
+}
