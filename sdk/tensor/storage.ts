@@ -5,6 +5,10 @@
  */
 import { type DType, type StorageArray, allocArray } from "./dtype.js";
 import { type Device, cpu } from "./device.js";
+import { getBackend } from "./backend/registry.js";
+
+/** Storages at least this many elements long may come from the backend's allocator. */
+const LARGE = 1 << 14;
 
 export class Storage {
   /** Bumped by every in-place write through any view of this storage. */
@@ -16,8 +20,10 @@ export class Storage {
     readonly device: Device = cpu,
   ) {}
 
+  /** Zeroed storage; large ones come from the current backend's allocator when it has one. */
   static alloc(dtype: DType, numel: number, device: Device = cpu): Storage {
-    return new Storage(allocArray(dtype, numel), dtype, device);
+    const fromBackend = numel >= LARGE ? getBackend().allocArray?.(dtype, numel) : null;
+    return new Storage(fromBackend ?? allocArray(dtype, numel), dtype, device);
   }
 
   get length(): number {

@@ -11,7 +11,7 @@
  *    casts first), except comparisons (out: bool) and `where` (cond: bool).
  * 4. Kernels throw only typed errors (IndexError for bad indices).
  */
-import type { DType } from "../dtype.js";
+import type { DType, StorageArray } from "../dtype.js";
 import type { Shape } from "../shape.js";
 import type { Storage } from "../storage.js";
 
@@ -87,6 +87,12 @@ export const COMPARISON_OPS: ReadonlySet<BinaryOp> = new Set([
 export interface Backend {
   /** Short name used by TPRPC_BACKEND and in test names ("ts", "native"). */
   readonly name: string;
+
+  /**
+   * Optional: allocates the array behind a new storage (e.g. aligned, pooled
+   * native memory). Returning null falls back to a plain typed array.
+   */
+  readonly allocArray?: (dtype: DType, numel: number) => StorageArray | null;
 
   /** dst[i] = cast(src[i]) for views of the same shape; dtypes may differ. */
   copy(src: TensorView, dst: TensorView): void;

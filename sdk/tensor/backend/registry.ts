@@ -11,10 +11,16 @@ import { TsBackend } from "./ts/index.js";
 const backends = new Map<string, Backend>();
 let current: Backend;
 
-export function registerBackend(b: Backend): void {
+/**
+ * Adds a backend. It becomes the current one when TPRPC_BACKEND names it, or
+ * when `preferred` is set and TPRPC_BACKEND names no other registered backend
+ * (the native backend registers itself as preferred).
+ */
+export function registerBackend(b: Backend, opts: { preferred?: boolean } = {}): void {
   backends.set(b.name, b);
   const wanted = typeof process !== "undefined" ? process.env.TPRPC_BACKEND : undefined;
-  if (wanted === b.name) current = b;
+  if (wanted === b.name || (opts.preferred && (wanted === undefined || wanted === "" || !backends.has(wanted))))
+    current = b;
 }
 
 export function getBackend(): Backend {

@@ -1,0 +1,154 @@
+/**
+ * The native CPU backend: routes large float32/float64 work to the addon's
+ * kernels and everything else (small tensors, where call overhead
+ * dominates; int64 and 16-bit floats) to the TypeScript reference backend.
+ *
+ * NB: the tensor layer never imports sdk/native. The addon's kernel functions
+ * are handed in (`new NativeBackend(kernels)`), by sdk/index.ts, which may
+ * import both layers.
+ */
+import { IndexError } from "../../../errors/index.js";
+import type { DType, StorageArray } from "../../dtype.js";
+import { numelOf } from "../../shape.js";
+import type { Backend, BinaryOp, ReduceOp, TensorView, UnaryOp } from "../interface.js";
+import { TsBackend } from "../ts/index.js";
+
+/** A view as the addon parses it (native/src/view.h). */
+export interface KernelView {
+  data: Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array;
+  offset: number;
+  shape: readonly number[];
+  strides: readonly number[];
+}
+
+/** The addon's kernel functions (contract: native/src/kernels/kernels.h). */
+export interface NativeKernels {
+  unary(op: string, x: KernelView, out: KernelView, a0?: number, a1?: number): void;
+  binary(op: string, a: KernelView, b: KernelView, out: KernelView): void;
+  where(cond: KernelView, a: KernelView, b: KernelView, out: KernelView): void;
+  reduce(op: string, x: KernelView, dims: readonly number[], out: KernelView): void;
+  argReduce(op: string, x: KernelView, dim: number, out: KernelView): void;
+  matmul(a: KernelView, b: KernelView, out: KernelView): void;
+  softmax(x: KernelView, dim: number, log: boolean, out: KernelView): void;
+  indexSelect(x: KernelView, dim: number, index: KernelView, out: KernelView): void;
+  gather(x: KernelView, dim: number, index: KernelView, out: KernelView): void;
+  scatterAdd(dst: KernelView, dim: number, index: KernelView, src: KernelView): void;
+  copy(src: KernelView, dst: KernelView): void;
+  fill(dst: KernelView, value: number): void;
+}
+
+export interface NativeBackendOptions {
+  /** Below this many elements work stays in TypeScript (default 4096). */
+  minNumel?: number;
+  /** Allocates large storages in the addon's pool (aligned, external memory); null to use JS arrays. */
+  allocArray?: ((dtype: DType, numel: number) => StorageArray | null) | null;
+}
+
+const FLOAT: ReadonlySet<DType> = new Set(["float32", "float64"]);
+
+function kv(t: TensorView): KernelView {
+  return { data: t.storage.data as KernelView["data"], offset: t.offset, shape: t.shape, strides: t.strides };
+}
+
+function isIndex(t: TensorView): boolean {
+  return t.dtype === "int64" || t.dtype === "int32";
+}
+
+/** Native RangeErrors for bad indices become the sdk's IndexError, with the same message. */
+function indexed(fn: () => void): void {
+  try {
+    fn();
+  } catch (e) {
+    if (e instanceof RangeError && /out of bounds/.test(e.message)) throw new IndexError(e.message);
+    throw e;
+  }
+}
+
+export class NativeBackend implements Backend {
+  readonly name = "native";
+  private readonly ts = new TsBackend();
+  private readonly minNumel: number;
+  readonly allocArray?: (dtype: DType, numel: number) => StorageArray | null;
+
+  constructor(
+    private readonly k: NativeKernels,
+    opts: NativeBackendOptions = {},
+  ) {
+    this.minNumel = opts.minNumel ?? 4096;
+    if (opts.allocArray) this.allocArray = opts.allocArray;
+  }
+
+  private big(t: TensorView): boolean {
+    return numelOf(t.shape) >= this.minNumel;
+  }
+
+  private floats(...ts: TensorView[]): boolean {
+    return ts.every((t) => FLOAT.has(t.dtype));
+  }
+
+  copy(src: TensorView, dst: TensorView): void {
+    const ok = (d: DType) => FLOAT.has(d) || d === "int32";
+    if (this.big(dst) && ok(src.dtype) && ok(dst.dtype)) this.k.copy(kv(src), kv(dst));
+    else this.ts.copy(src, dst);
+  }
+
+  fill(dst: TensorView, value: number): void {
+    if (this.big(dst) && FLOAT.has(dst.dtype)) this.k.fill(kv(dst), value);
+    else this.ts.fill(dst, value);
+  }
+
+  unary(op: UnaryOp, x: TensorView, out: TensorView, args: readonly number[] = []): void {
+    if (this.big(x) && this.floats(x, out) && x.dtype === out.dtype) this.k.unary(op, kv(x), kv(out), args[0], args[1]);
+    else this.ts.unary(op, x, out, args);
+  }
+
+  binary(op: BinaryOp, a: TensorView, b: TensorView, out: TensorView): void {
+    if (this.big(out) && this.floats(a, b) && a.dtype === b.dtype && (out.dtype === a.dtype || out.dtype === "bool"))
+      this.k.binary(op, kv(a), kv(b), kv(out));
+    else this.ts.binary(op, a, b, out);
+  }
+
+  where(cond: TensorView, a: TensorView, b: TensorView, out: TensorView): void {
+    if (this.big(out) && this.floats(a, b, out) && a.dtype === out.dtype && b.dtype === out.dtype)
+      this.k.where(kv(cond), kv(a), kv(b), kv(out));
+    else this.ts.where(cond, a, b, out);
+  }
+
+  reduce(op: ReduceOp, x: TensorView, dims: readonly number[], out: TensorView): void {
+    if (this.big(x) && this.floats(x) && x.dtype === out.dtype) this.k.reduce(op, kv(x), dims, kv(out));
+    else this.ts.reduce(op, x, dims, out);
+  }
+
+  argReduce(op: "argmax" | "argmin", x: TensorView, dim: number, out: TensorView): void {
+    if (this.big(x) && this.floats(x)) this.k.argReduce(op, kv(x), dim, kv(out));
+    else this.ts.argReduce(op, x, dim, out);
+  }
+
+  matmul(a: TensorView, b: TensorView, out: TensorView): void {
+    // NB: even small matmuls win natively once K is large; route by work, not by output size.
+    const work = numelOf(out.shape) * (a.shape[2] ?? 1);
+    if (work >= this.minNumel && this.floats(a, b) && a.dtype === b.dtype) this.k.matmul(kv(a), kv(b), kv(out));
+    else this.ts.matmul(a, b, out);
+  }
+
+  softmax(x: TensorView, dim: number, log: boolean, out: TensorView): void {
+    if (this.big(x) && this.floats(x) && x.dtype === out.dtype) this.k.softmax(kv(x), dim, log, kv(out));
+    else this.ts.softmax(x, dim, log, out);
+  }
+
+  indexSelect(x: TensorView, dim: number, index: TensorView, out: TensorView): void {
+    if (this.big(out) && this.floats(x) && isIndex(index)) indexed(() => this.k.indexSelect(kv(x), dim, kv(index), kv(out)));
+    else this.ts.indexSelect(x, dim, index, out);
+  }
+
+  gather(x: TensorView, dim: number, index: TensorView, out: TensorView): void {
+    if (this.big(out) && this.floats(x) && isIndex(index)) indexed(() => this.k.gather(kv(x), dim, kv(index), kv(out)));
+    else this.ts.gather(x, dim, index, out);
+  }
+
+  scatterAdd(dst: TensorView, dim: number, index: TensorView, src: TensorView): void {
+    if (this.big(index) && this.floats(dst, src) && dst.dtype === src.dtype && isIndex(index))
+      indexed(() => this.k.scatterAdd(kv(dst), dim, kv(index), kv(src)));
+    else this.ts.scatterAdd(dst, dim, index, src);
+  }
+}
