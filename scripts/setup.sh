@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepares a fresh Debian machine (or re-checks a prepared one) for tprpc: the Debian packages the
-# PyTorch parity fixtures and the benchmark reference need, the npm devDependencies, and the build.
+# PyTorch parity fixtures, the benchmark reference and the native addon need, the npm devDependencies,
+# and the builds (native addon, TypeScript).
 # Idempotent: every step is skipped when already done. Run from anywhere: bash scripts/setup.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -11,7 +12,14 @@ log() { echo "[setup] $*"; }
 #    `npm run fixtures` and `npm run bench` use (a pyenv python3 on PATH may lack torch).
 #    NB: without libopenblas0-pthread, Debian's torch does its matmuls with the reference BLAS
 #    (libblas3, ~7 GFLOP/s instead of ~150 per core), which would make the bench's torch column a straw man.
-APT_PACKAGES=(python3-torch python3-numpy libopenblas0-pthread)
+#    NB: libopenblas-pthread-dev holds the static OpenBLAS (DYNAMIC_ARCH) that native/binding.gyp links
+#    into the addon; it must be there before `npm ci`, whose install script compiles the addon.
+#    libucx0 (~1 MB) lets the UCX channel, and the dlopen test of capabilities(), find libucp.so.0.
+APT_PACKAGES=(python3-torch python3-numpy libopenblas0-pthread libopenblas-pthread-dev libucx0)
+# The addon's compiler toolchain (node-gyp needs python3, make and a C++17 compiler).
+command -v g++ >/dev/null 2>&1 || APT_PACKAGES+=(g++)
+command -v make >/dev/null 2>&1 || APT_PACKAGES+=(make)
+command -v python3 >/dev/null 2>&1 || APT_PACKAGES+=(python3)
 missing=()
 if command -v dpkg >/dev/null 2>&1; then
   for p in "${APT_PACKAGES[@]}"; do
@@ -39,15 +47,19 @@ else
 fi
 
 # 2. npm packages, from the lockfile. NB: npm writes node_modules/.package-lock.json on every
-#    install, so a lockfile newer than it means the tree is stale.
+#    install, so a lockfile newer than it means the tree is stale. npm ci also runs our install
+#    script, which compiles the addon; TPRPC_NATIVE_STRICT=1 makes a failed compile fail setup
+#    (for users it only warns and tprpc falls back to its TypeScript backend).
 if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
   log "npm ci"
-  npm ci --no-audit --no-fund
+  TPRPC_NATIVE_STRICT=1 npm ci --no-audit --no-fund
 else
   log "node_modules up to date with package-lock.json"
 fi
 
-# 3. Build (tsc -> dist/).
+# 3. Build: the addon (incremental: make recompiles only what changed since the last build) and tsc -> dist/.
+log "npm run build:native"
+npm run build:native --silent
 log "npm run build"
 npm run build --silent
 log "done"

@@ -34,3 +34,17 @@ export class NotImplementedError extends TprpcError {}
 
 /** Base class of every error raised by the RPC layers. */
 export class RpcError extends TprpcError {}
+
+/**
+ * A failure inside the native addon (memory allocation, shared memory, a system call),
+ * with the addon's `code` ("ENOMEM", "EMFD", "EMMAP", ...) and the C `errno` (0 when none).
+ */
+export class NativeError extends TprpcError {
+  constructor(
+    message: string,
+    readonly code: string,
+    readonly errno: number,
+  ) {
+    super(message);
+  }
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/env node
+/**
+ * Builds tprpc's native addon. Published with the package: npm runs it on install.
+ *
+ *   node native/build.mjs              install: keep a build or prebuild that loads, else compile;
+ *                                      a failed compile only warns (tprpc then uses its TypeScript
+ *                                      backend) unless TPRPC_NATIVE_STRICT=1
+ *   node native/build.mjs --rebuild    npm run build:native: compile (incrementally), fail loudly
+ *   node native/build.mjs --prebuild   npm run prebuildify: native/prebuilds/<platform>-<arch>/tprpc.glibc.node
+ *                                      (N-API, stripped; one file for every Node version)
+ *   node native/build.mjs --check      fail unless a prebuild for this platform exists (npm prepack)
+ *
+ * NB: node-gyp downloads Node's headers unless it is given a nodedir. Node installs from
+ * distribution packages ship them next to the binary (<prefix>/include/node), so when
+ * npm_config_nodedir is not set and they are there, they are used: the build works offline.
+ */
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const dir = path.dirname(fileURLToPath(import.meta.url));
+const require = createRequire(import.meta.url);
+const mode = process.argv[2] ?? "--install";
+const log = (msg) => process.stderr.write(`[tprpc native] ${msg}\n`);
+
+function env() {
+  const e = { ...process.env, JOBS: process.env.JOBS ?? "max" };
+  const prefix = path.resolve(path.dirname(process.execPath), "..");
+  if (!e.npm_config_nodedir && fs.existsSync(path.join(prefix, "include", "node", "node_api.h")))
+    e.npm_config_nodedir = prefix;
+  return e;
+}
+
+/** [node, script] or [binary] of node-gyp: ours (devDependency), npm's bundled one, or PATH. */
+function nodeGyp() {
+  try {
+    return [process.execPath, require.resolve("node-gyp/bin/node-gyp.js")];
+  } catch {
+    const npms = process.env.npm_config_node_gyp;
+    return npms && fs.existsSync(npms) ? [process.execPath, npms] : ["node-gyp"];
+  }
+}
+
+function run(argv) {
+  const [cmd, ...args] = argv;
+  const r = spawnSync(cmd, args, { cwd: dir, env: env(), stdio: "inherit" });
+  if (r.error) log(`${cmd}: ${r.error.message}`);
+  return r.status === 0;
+}
+
+/** The addon that node-gyp-build would load, if it loads; else null. */
+function loadable() {
+  try {
+    const file = require("node-gyp-build").path(dir);
+    require(file);
+    return file;
+  } catch {
+    return null;
+  }
+}
+
+function compile({ clean }) {
+  const gyp = nodeGyp();
+  const makefile = path.join(dir, "build", "Makefile");
+  const stale =
+    !fs.existsSync(makefile) || fs.statSync(path.join(dir, "binding.gyp")).mtimeMs > fs.statSync(makefile).mtimeMs;
+  if (clean || stale) {
+    if (!run([...gyp, clean ? "rebuild" : "configure"])) return false;
+    if (clean) return true;
+  }
+  return run([...gyp, "build"]);
+}
+
+function prebuildDir() {
+  return path.join(dir, "prebuilds", `${process.platform}-${process.arch}`);
+}
+
+const t0 = Date.now();
+switch (mode) {
+  case "--install": {
+    const found = loadable();
+    if (found) {
+      log(`using ${path.relative(dir, found)}`);
+      break;
+    }
+    log("no prebuilt addon for this platform: compiling it (g++, make, python3 and libopenblas-pthread-dev)");
+    if (compile({ clean: true }) && loadable()) {
+      log(`built in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      break;
+    }
+    if (process.env.TPRPC_NATIVE_STRICT === "1") {
+      log("the build failed (TPRPC_NATIVE_STRICT=1)");
+      process.exit(1);
+    }
+    log(
+      "WARNING: the build failed; tprpc will use its TypeScript backend. Fix the error above, then `npm rebuild tprpc`.",
+    );
+    break;
+  }
+  case "--rebuild":
+    if (!compile({ clean: process.argv.includes("--clean") })) process.exit(1);
+    log(`built native/build/Release/tprpc.node in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    break;
+  case "--prebuild": {
+    const bin = require.resolve("prebuildify/bin.js");
+    // NB: prebuildify runs `node-gyp` from node_modules/.bin (it puts the ancestors' .bin first on PATH).
+    const r = spawnSync(process.execPath, [bin, "--napi", "--strip", "--tag-libc", "--name", "tprpc"], {
+      cwd: dir,
+      env: env(),
+      stdio: "inherit",
+    });
+    if (r.status !== 0) process.exit(1);
+    log(`prebuilt ${path.relative(dir, prebuildDir())} in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    break;
+  }
+  case "--check": {
+    // NB: the package ships the linux-x64 prebuild whichever machine packs it.
+    const shipped = path.join(dir, "prebuilds", "linux-x64", "tprpc.glibc.node");
+    if (!fs.existsSync(shipped)) {
+      log(`no ${path.relative(dir, shipped)}: run \`npm run prebuildify\` on linux-x64 before packing`);
+      process.exit(1);
+    }
+    break;
+  }
+  default:
+    log(`unknown option ${mode}; use --rebuild, --prebuild or --check`);
+    process.exit(2);
+}

@@ -1,0 +1,173 @@
+#!/usr/bin/env node
+/**
+ * Packaging check: the npm tarball carries the linux-x64 prebuild, and installing it in a
+ * scratch project needs no compiler: the addon loads from the prebuild and no build/ appears.
+ *
+ * 1. Stage the package in a temporary folder: package.json, README.md, native/ sources,
+ *    dist/ compiled there by tsc (the checkout's dist/ and native/build are left alone).
+ * 2. Prebuild: `prebuildify --napi --strip` in the stage (a full compile), or with --from-build,
+ *    the checkout's native/build/Release/tprpc.node stripped into the same place (what
+ *    prebuildify produces, without compiling again; the vitest suite uses this).
+ * 3. `npm pack` the stage (its prepack refuses a tarball without the prebuild); list the tarball.
+ * 4. `npm install <tarball> --prefer-offline` into a scratch project, with TPRPC_NATIVE_STRICT=1.
+ * 5. In the scratch project: `import("tprpc")` works; the installed loader returns the addon from
+ *    prebuilds/ and capabilities() answers; no native/build folder was made; with TPRPC_NATIVE_DIR
+ *    pointing at an empty folder, the loader warns once and returns null (the TS fallback).
+ *
+ * Usage: node scripts/test-pack.mjs [--from-build] [--keep]   (prints a JSON summary last; exit 1 on failure)
+ */
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+const fromBuild = process.argv.includes("--from-build");
+const keep = process.argv.includes("--keep");
+const work = fs.mkdtempSync(path.join(os.tmpdir(), "tprpc-pack-"));
+const stage = path.join(work, "stage");
+const scratch = path.join(work, "scratch");
+const t0 = Date.now();
+const log = (msg) => process.stderr.write(`[test:pack ${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
+const summary = { ok: false, fromBuild, work };
+
+function sh(cmd, args, opts = {}) {
+  const r = spawnSync(cmd, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], ...opts });
+  if (r.status !== 0)
+    throw new Error(`${cmd} ${args.join(" ")} failed (${r.status ?? r.signal}):\n${r.stdout ?? ""}\n${r.stderr ?? ""}`);
+  return r.stdout;
+}
+
+function check(cond, what) {
+  if (!cond) throw new Error(`check failed: ${what}`);
+}
+
+try {
+  // 1. Stage.
+  fs.mkdirSync(path.join(stage, "native"), { recursive: true });
+  for (const f of ["package.json", "README.md"]) fs.copyFileSync(path.join(root, f), path.join(stage, f));
+  for (const f of ["build.mjs", "binding.gyp", "src"])
+    fs.cpSync(path.join(root, "native", f), path.join(stage, "native", f), { recursive: true });
+  // NB: the stage resolves node-addon-api, node-gyp and prebuildify from the checkout's node_modules.
+  fs.symlinkSync(path.join(root, "node_modules"), path.join(stage, "node_modules"), "dir");
+  log("tsc -> stage/dist");
+  sh(process.execPath, [
+    path.join(root, "node_modules/typescript/bin/tsc"),
+    "-p",
+    path.join(root, "tsconfig.json"),
+    "--outDir",
+    path.join(stage, "dist"),
+  ]);
+
+  // 2. Prebuild.
+  const prebuild = path.join(stage, "native", "prebuilds", `${process.platform}-${process.arch}`, "tprpc.glibc.node");
+  if (fromBuild) {
+    const built = path.join(root, "native", "build", "Release", "tprpc.node");
+    check(fs.existsSync(built), `${built} exists (npm run build:native)`);
+    fs.mkdirSync(path.dirname(prebuild), { recursive: true });
+    sh("strip", ["--strip-all", "-o", prebuild, built]);
+  } else {
+    log("prebuildify (full compile)");
+    const r = spawnSync(process.execPath, [path.join(stage, "native", "build.mjs"), "--prebuild"], {
+      cwd: stage,
+      stdio: ["ignore", "inherit", "inherit"],
+    });
+    check(r.status === 0, "prebuildify succeeded");
+    fs.rmSync(path.join(stage, "native", "build"), { recursive: true, force: true });
+  }
+  check(fs.existsSync(prebuild), `${prebuild} exists`);
+  summary.prebuildBytes = fs.statSync(prebuild).size;
+  summary.ldd = sh("ldd", [prebuild])
+    .trim()
+    .split("\n")
+    .map((l) => l.trim().split(" ")[0]);
+
+  // 3. Pack.
+  log("npm pack");
+  const packOut = JSON.parse(sh("npm", ["pack", "--json", "--pack-destination", work], { cwd: stage }));
+  const tarball = path.join(work, packOut[0].filename);
+  const files = packOut[0].files.map((f) => f.path);
+  summary.tarball = { file: path.basename(tarball), bytes: packOut[0].size, files: files.length };
+  check(files.includes("native/prebuilds/linux-x64/tprpc.glibc.node"), "the tarball holds the prebuild");
+  check(
+    files.includes("native/binding.gyp") && files.includes("native/build.mjs"),
+    "the tarball can build from source",
+  );
+  check(
+    files.includes("dist/sdk/index.js") && files.includes("dist/sdk/native/binding.js"),
+    "the tarball holds dist/sdk",
+  );
+  check(
+    !files.some((f) => f.startsWith("native/build/") || f.startsWith("test/")),
+    "no build/ or test/ in the tarball",
+  );
+
+  // 4. Install into a scratch project.
+  log(`npm install ${path.basename(tarball)}`);
+  fs.mkdirSync(scratch);
+  fs.writeFileSync(
+    path.join(scratch, "package.json"),
+    JSON.stringify({ name: "scratch", private: true, type: "module" }),
+  );
+  const inst = spawnSync(
+    "npm",
+    ["install", tarball, "--prefer-offline", "--no-audit", "--no-fund", "--foreground-scripts"],
+    {
+      cwd: scratch,
+      encoding: "utf8",
+      env: { ...process.env, TPRPC_NATIVE_STRICT: "1" },
+    },
+  );
+  check(inst.status === 0, `npm install succeeded:\n${inst.stdout}\n${inst.stderr}`);
+  const pkg = path.join(scratch, "node_modules", "tprpc");
+  summary.installSaid = ((inst.stdout + inst.stderr).match(/\[tprpc native\][^\n]*/g) ?? []).join(" | ");
+  check(
+    summary.installSaid.includes("using prebuilds/linux-x64/tprpc.glibc.node"),
+    "the install script took the prebuild",
+  );
+  check(!fs.existsSync(path.join(pkg, "native", "build")), "the install compiled nothing (no native/build)");
+
+  // 5. Use it.
+  log("import tprpc in the scratch project");
+  const probe = `
+    const tprpc = await import("tprpc");
+    const { loadNative } = await import(${JSON.stringify(path.join(pkg, "dist/sdk/native/binding.js"))});
+    const native = loadNative();
+    const caps = native && native.capabilities();
+    const buf = native && native.alloc(4096);
+    console.log(JSON.stringify({ exports: Object.keys(tprpc).length, path: native && native.path,
+      backend: tprpc.backend ? tprpc.backend.getBackend().name : null,
+      blas: caps && caps.blas.corename, simd: caps && caps.simd, aligned: buf && native.addressOf(buf) % 64 === 0 }));`;
+  const used = JSON.parse(
+    sh(process.execPath, ["--input-type=module", "-e", probe], { cwd: scratch }).trim().split("\n").pop(),
+  );
+  summary.installed = used;
+  check(used.exports > 10, "import('tprpc') exports the API");
+  check(
+    used.path === path.join(pkg, "native/prebuilds/linux-x64/tprpc.glibc.node"),
+    `the addon came from the prebuild (${used.path})`,
+  );
+  check(typeof used.blas === "string" && used.aligned === true, "capabilities() and alloc() work");
+
+  const empty = fs.mkdtempSync(path.join(work, "empty-"));
+  const fb = spawnSync(process.execPath, ["--input-type=module", "-e", probe], {
+    cwd: scratch,
+    encoding: "utf8",
+    env: { ...process.env, TPRPC_NATIVE_DIR: empty },
+  });
+  check(fb.status === 0, `the fallback run exits 0: ${fb.stderr}`);
+  const warnings = fb.stderr.split("\n").filter((l) => l.startsWith("tprpc: warning"));
+  summary.fallback = { ...JSON.parse(fb.stdout.trim().split("\n").pop()), warnings: warnings.length };
+  check(summary.fallback.path === null && warnings.length === 1, "without an addon: null and exactly one warning");
+  check(summary.fallback.backend === null || summary.fallback.backend === "ts", "without an addon: the ts backend");
+
+  summary.ok = true;
+} catch (e) {
+  summary.error = e instanceof Error ? e.message : String(e);
+} finally {
+  summary.seconds = Number(((Date.now() - t0) / 1000).toFixed(1));
+  if (!keep) fs.rmSync(work, { recursive: true, force: true });
+  process.stdout.write(JSON.stringify(summary) + "\n");
+  process.exitCode = summary.ok ? 0 : 1;
+}
