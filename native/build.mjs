@@ -85,7 +85,7 @@ switch (mode) {
       log(`using ${path.relative(dir, found)}`);
       break;
     }
-    log("no prebuilt addon for this platform: compiling it (g++, make, python3 and libopenblas-pthread-dev)");
+    log("no prebuilt or built addon loads here: compiling it (needs g++, make, python3 and libopenblas-pthread-dev)");
     if (compile({ clean: true }) && loadable()) {
       log(`built in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
       break;

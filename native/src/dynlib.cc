@@ -226,6 +226,23 @@ Napi::Value Capabilities(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// libraryTable() -> { cuda: { sonames, symbols }, ... }: what tprpc looks for (diagnostics, tests).
+Napi::Value LibraryTable(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto o = Napi::Object::New(env);
+  for (const LibSpec& spec : kSpecs) {
+    auto row = Napi::Object::New(env);
+    auto sonames = Napi::Array::New(env, spec.sonames.size());
+    for (uint32_t i = 0; i < spec.sonames.size(); ++i) sonames.Set(i, Napi::String::New(env, spec.sonames[i]));
+    auto symbols = Napi::Array::New(env, spec.symbols.size());
+    for (uint32_t i = 0; i < spec.symbols.size(); ++i) symbols.Set(i, Napi::String::New(env, spec.symbols[i]));
+    row.Set("sonames", sonames);
+    row.Set("symbols", symbols);
+    o.Set(spec.name, row);
+  }
+  return o;
+}
+
 }  // namespace
 
 const char* LibName(Lib lib) { return kSpecs[static_cast<int>(lib)].name; }
@@ -245,6 +262,7 @@ void* Symbol(Lib lib, const char* name) {
 
 void RegisterDynlib(Napi::Env env, Napi::Object exports) {
   exports.Set("capabilities", Napi::Function::New(env, Capabilities));
+  exports.Set("libraryTable", Napi::Function::New(env, LibraryTable));
 }
 
 }  // namespace tprpc

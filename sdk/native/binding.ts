@@ -127,6 +127,8 @@ export interface NativeBinding {
   /** Forces an ISA (tests compare them); false when this CPU lacks it. */
   setSimdIsa(name: string): boolean;
   capabilities(): NativeCapabilities;
+  /** What capabilities() looks for: each library's candidate sonames (in order) and required symbols. */
+  libraryTable(): Record<NativeLibName, { sonames: string[]; symbols: string[] }>;
   /** Test hook: throws a NativeError with this code, errno and message. */
   throwNativeError(code: string, errno: number, message: string): never;
 
@@ -167,6 +169,7 @@ export const NATIVE_FUNCTIONS = [
   "simdIsa",
   "setSimdIsa",
   "capabilities",
+  "libraryTable",
   "throwNativeError",
   "alloc",
   "poolStats",
