@@ -82,6 +82,20 @@ describe.skipIf(skip !== null)("native memory", () => {
     expect(r.empty.cachedBlocks).toBe(0);
   });
 
+  it("serves worker_threads from the same pool; a worker's exit returns its storages (child)", () => {
+    const { result: r } = runFixture<{
+      before: number;
+      inWorker: { live: number; simd: string };
+      exitCode: number;
+      after: Stats;
+    }>("worker.mjs", [n.path]);
+    expect(r.inWorker.live - r.before).toBe(2 * MiB);
+    expect(r.inWorker.simd).toBe(n.capabilities().simd);
+    expect(r.exitCode).toBe(0);
+    expect(r.after.liveBytes).toBe(r.before);
+    expect(r.after.cachedBytes).toBe(2 * MiB);
+  });
+
   it("shares memfd-backed storages with another process without a copy", () => {
     const buf = n.alloc(MiB, { shared: true });
     const shm = n.sharedMemory(buf)!;
