@@ -1,0 +1,176 @@
+// Softmax / log-softmax along one dim, and a fused layer norm over the last
+// dim. Softmax is the stable form of the reference: subtract the row max (0
+// for an all -inf row), exponentiate, normalise by the float64 sum; a NaN
+// anywhere in a row makes the whole row NaN. Rows contiguous along `dim` use
+// the vector kernels (vmath.h); other layouts and float64 run scalar
+// float64 math. Threads: parsing on the JS thread, rows on the pool.
+#include <cmath>
+
+#include "kernels/common.h"
+#include "kernels/kernels.h"
+#include "kernels/vmath.h"
+
+namespace tprpc {
+namespace kern {
+namespace {
+
+// One float32 row, contiguous in x and out.
+void SoftmaxRowF32(const vmath::F32Kernels& vk, const float* x, float* y, int64_t n, bool log) {
+  bool nan = false;
+  float mx = vk.max(x, n, &nan);
+  if (nan) {
+    for (int64_t i = 0; i < n; ++i) y[i] = NAN;
+    return;
+  }
+  if (mx == -INFINITY) mx = 0;
+  const double sum = vk.expShiftSum(x, y, n, mx);  // y holds exp(x - mx) for now
+  if (log) {
+    vk.subShift(x, y, n, mx, static_cast<float>(std::log(sum)));
+  } else {
+    vk.scale(y, n, static_cast<float>(1.0 / sum));
+  }
+}
+
+// Any layout: n elements at stride sx in x and so in out, in float64 as the reference.
+template <typename T>
+void SoftmaxRowStrided(const T* x, int64_t sx, T* y, int64_t so, int64_t n, bool log) {
+  double mx = -INFINITY;
+  for (int64_t k = 0; k < n; ++k) {  // Math.max: a NaN wins
+    const double v = x[k * sx];
+    if (v != v || v > mx) mx = v;
+    if (v != v) break;
+  }
+  if (mx == -INFINITY) mx = 0;
+  double sum = 0;
+  for (int64_t k = 0; k < n; ++k) sum += std::exp(x[k * sx] - mx);
+  if (log) {
+    const double lse = std::log(sum) + mx;
+    for (int64_t k = 0; k < n; ++k) y[k * so] = static_cast<T>(x[k * sx] - lse);
+  } else {
+    for (int64_t k = 0; k < n; ++k) y[k * so] = static_cast<T>(std::exp(x[k * sx] - mx) / sum);
+  }
+}
+
+// softmax(x, dim, log, out); out has x's shape.
+Napi::Value Softmax(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  View x = ParseView(info[0], "x");
+  const int64_t dim = IntArg(info, 1, "softmax", "dim");
+  const bool log = info[2].ToBoolean().Value();
+  View out = ParseView(info[3], "out");
+  if (dim < 0 || dim >= x.ndim()) throw Napi::RangeError::New(env, "softmax: dim out of range");
+  CheckShape(env, out, x.shape, "softmax", "out");
+  if (out.dtype != x.dtype || (x.dtype != DType::F32 && x.dtype != DType::F64))
+    ThrowType(env, "softmax: x and out must both be float32 or both float64");
+  const int64_t n = x.shape[dim];
+  std::vector<int64_t> rows = x.shape;
+  rows[dim] = 1;
+  Iter<2> it = MakeIter<2>(rows, {&out, &x});  // one element per row start
+  const int64_t sx = x.strides[dim], so = out.strides[dim];
+  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, n));
+  const vmath::F32Kernels& vk = vmath::F32();
+  DispatchAll(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_floating_point<T>::value) {
+      const int64_t rso = it.innerStride(0), rsx = it.innerStride(1);
+      ParallelRows<2>(
+          it,
+          [&](const std::array<int64_t, 2>& off, int64_t m) {
+            for (int64_t j = 0; j < m; ++j) {
+              T* y = static_cast<T*>(out.data) + off[0] + j * rso;
+              const T* px = static_cast<const T*>(x.data) + off[1] + j * rsx;
+              if constexpr (std::is_same<T, float>::value) {
+                if ((sx == 1 && so == 1) || n == 1) {
+                  SoftmaxRowF32(vk, px, y, n, log);
+                  continue;
+                }
+              }
+              SoftmaxRowStrided<T>(px, sx, y, so, n, log);
+            }
+          },
+          grain);
+    }
+  });
+  return env.Undefined();
+}
+
+// layerNorm(x, weight|null, bias|null, eps, out, mean|null, rstd|null): over the last dim D of a
+// contiguous x; mean and rstd ([rows], x's dtype) receive the statistics (biased variance).
+template <typename T>
+void LayerNormRows(const View& x, const T* w, const T* b, double eps, const View& out, T* mean, T* rstd, int64_t rows,
+                   int64_t D) {
+  const T* px = static_cast<const T*>(x.data) + x.offset;
+  T* py = static_cast<T*>(out.data) + out.offset;
+  const vmath::F32Kernels& vk = vmath::F32();
+  ParallelFor(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, D)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = px + r * D;
+      T* yr = py + r * D;
+      double mu, var;
+      if constexpr (std::is_same<T, float>::value) {
+        mu = vk.sum(xr, D) / D;
+        const float muf = static_cast<float>(mu);
+        const double shift = mu - muf;
+        var = vk.sumSqDev(xr, D, muf) / D - shift * shift;
+      } else {
+        double s = 0;
+        for (int64_t i = 0; i < D; ++i) s += xr[i];
+        mu = s / D;
+        double q = 0;
+        for (int64_t i = 0; i < D; ++i) q += (xr[i] - mu) * (xr[i] - mu);
+        var = q / D;
+      }
+      const double rs = 1 / std::sqrt(std::fmax(var, 0.0) + eps);
+      if (mean) mean[r] = static_cast<T>(mu);
+      if (rstd) rstd[r] = static_cast<T>(rs);
+      if constexpr (std::is_same<T, float>::value) {
+        vk.normalize(xr, yr, D, static_cast<float>(mu), static_cast<float>(rs), w, b);
+      } else {
+        for (int64_t i = 0; i < D; ++i) yr[i] = (xr[i] - mu) * rs * (w ? w[i] : 1) + (b ? b[i] : 0);
+      }
+    }
+  });
+}
+
+Napi::Value LayerNorm(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  View x = ParseView(info[0], "x");
+  if (x.ndim() < 1) ThrowType(env, "layerNorm: x must have at least one dim");
+  if (!x.contiguous()) ThrowType(env, "layerNorm: x must be contiguous");
+  if (x.dtype != DType::F32 && x.dtype != DType::F64) ThrowType(env, "layerNorm: x must be float32 or float64");
+  const int64_t D = x.shape.back(), rows = D ? x.numel() / D : 0;
+  auto optional = [&](size_t i, const char* what, int64_t len) -> void* {
+    if (info.Length() <= i || info[i].IsNull() || info[i].IsUndefined()) return nullptr;
+    View v = ParseView(info[i], what);
+    if (v.dtype != x.dtype || v.numel() != len || !v.contiguous())
+      ThrowType(env, std::string("layerNorm: ") + what + " must be a contiguous tensor of x's dtype with " +
+                         std::to_string(len) + " elements");
+    return static_cast<uint8_t*>(v.data) + v.offset * ItemSize(v.dtype);
+  };
+  void* w = optional(1, "weight", D);
+  void* b = optional(2, "bias", D);
+  if (!info[3].IsNumber()) ThrowType(env, "layerNorm: eps must be a number");
+  const double eps = info[3].As<Napi::Number>().DoubleValue();
+  View out = ParseView(info[4], "out");
+  CheckShape(env, out, x.shape, "layerNorm", "out");
+  if (out.dtype != x.dtype || !out.contiguous()) ThrowType(env, "layerNorm: out must be contiguous with x's dtype");
+  void* mean = optional(5, "mean", rows);
+  void* rstd = optional(6, "rstd", rows);
+  if (x.dtype == DType::F32)
+    LayerNormRows<float>(x, static_cast<float*>(w), static_cast<float*>(b), eps, out, static_cast<float*>(mean),
+                         static_cast<float*>(rstd), rows, D);
+  else
+    LayerNormRows<double>(x, static_cast<double*>(w), static_cast<double*>(b), eps, out, static_cast<double*>(mean),
+                          static_cast<double*>(rstd), rows, D);
+  return env.Undefined();
+}
+
+}  // namespace
+}  // namespace kern
+
+void RegisterSoftmax(Napi::Env env, Napi::Object exports) {
+  exports.Set("softmax", Napi::Function::New(env, kern::Softmax));
+  exports.Set("layerNorm", Napi::Function::New(env, kern::LayerNorm));
+}
+
+}  // namespace tprpc
