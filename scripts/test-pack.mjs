@@ -32,6 +32,21 @@ const t0 = Date.now();
 const log = (msg) => process.stderr.write(`[test:pack ${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
 const summary = { ok: false, fromBuild, work };
 
+// NB: under `npm test`, npm exports npm_config_local_prefix and friends; the nested npm commands
+// below must not inherit them (they would act on the checkout), so they get a clean environment.
+const KEEP_NPM = new Set([
+  "npm_config_cache",
+  "npm_config_userconfig",
+  "npm_config_globalconfig",
+  "npm_config_registry",
+]);
+const cleanEnv = Object.fromEntries(
+  Object.entries(process.env).filter(([k]) => !k.toLowerCase().startsWith("npm_") || KEEP_NPM.has(k.toLowerCase())),
+);
+
+// The probes below decide for themselves whether the addon loads.
+for (const k of ["TPRPC_NATIVE", "TPRPC_NATIVE_DIR", "TPRPC_BACKEND"]) delete cleanEnv[k];
+
 function sh(cmd, args, opts = {}) {
   const r = spawnSync(cmd, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], ...opts });
   if (r.status !== 0)
@@ -85,7 +100,7 @@ try {
 
   // 3. Pack.
   log("npm pack");
-  const packOut = JSON.parse(sh("npm", ["pack", "--json", "--pack-destination", work], { cwd: stage }));
+  const packOut = JSON.parse(sh("npm", ["pack", "--json", "--pack-destination", work], { cwd: stage, env: cleanEnv }));
   const tarball = path.join(work, packOut[0].filename);
   const files = packOut[0].files.map((f) => f.path);
   summary.tarball = { file: path.basename(tarball), bytes: packOut[0].size, files: files.length };
@@ -116,7 +131,7 @@ try {
     {
       cwd: scratch,
       encoding: "utf8",
-      env: { ...process.env, TPRPC_NATIVE_STRICT: "1" },
+      env: { ...cleanEnv, TPRPC_NATIVE_STRICT: "1" },
     },
   );
   check(inst.status === 0, `npm install succeeded:\n${inst.stdout}\n${inst.stderr}`);
@@ -140,7 +155,10 @@ try {
       backend: tprpc.backend ? tprpc.backend.getBackend().name : null,
       blas: caps && caps.blas.corename, simd: caps && caps.simd, aligned: buf && native.addressOf(buf) % 64 === 0 }));`;
   const used = JSON.parse(
-    sh(process.execPath, ["--input-type=module", "-e", probe], { cwd: scratch }).trim().split("\n").pop(),
+    sh(process.execPath, ["--input-type=module", "-e", probe], { cwd: scratch, env: cleanEnv })
+      .trim()
+      .split("\n")
+      .pop(),
   );
   summary.installed = used;
   check(used.exports > 10, "import('tprpc') exports the API");
@@ -154,7 +172,7 @@ try {
   const fb = spawnSync(process.execPath, ["--input-type=module", "-e", probe], {
     cwd: scratch,
     encoding: "utf8",
-    env: { ...process.env, TPRPC_NATIVE_DIR: empty },
+    env: { ...cleanEnv, TPRPC_NATIVE_DIR: empty },
   });
   check(fb.status === 0, `the fallback run exits 0: ${fb.stderr}`);
   const warnings = fb.stderr.split("\n").filter((l) => l.startsWith("tprpc: warning"));

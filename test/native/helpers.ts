@@ -27,13 +27,13 @@ export function cannotBuild(): string | null {
 }
 
 /**
- * The addon, or the reason to skip. Throws when the machine could build it but it does not load:
- * that is a broken build, not a missing capability.
+ * The addon, or the reason to skip (TPRPC_NATIVE=0, or a machine that cannot build it). Throws when
+ * the machine could build it but it does not load: that is a broken build, not a missing capability.
  */
 export function nativeOrSkip(): { native: NativeBinding | null; skip: string | null } {
   const native = loadNative();
   if (native) return { native, skip: null };
-  const why = cannotBuild();
+  const why = process.env.TPRPC_NATIVE === "0" ? "TPRPC_NATIVE=0 is set" : cannotBuild();
   if (why) {
     console.warn(`[test/native] skipped: ${why}`);
     return { native: null, skip: why };
