@@ -29,6 +29,9 @@
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++14", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-O3", "-fexceptions", "-fvisibility=hidden"],
       "cflags": ["-O3"],
+      # NB: the C++ runtime is linked statically too, so the prebuild loads on any glibc >= 2.34
+      # system whatever its libstdc++ (ldd: libc, libm and the loader only).
+      "ldflags": ["-static-libstdc++", "-static-libgcc"],
       "libraries": [
         "<(openblas_dir)/libopenblas.a",
         "-lpthread",
