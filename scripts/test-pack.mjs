@@ -11,8 +11,9 @@
  * 3. `npm pack` the stage (its prepack refuses a tarball without the prebuild); list the tarball.
  * 4. `npm install <tarball> --prefer-offline` into a scratch project, with TPRPC_NATIVE_STRICT=1.
  * 5. In the scratch project: `import("tprpc")` works; the installed loader returns the addon from
- *    prebuilds/ and capabilities() answers; no native/build folder was made; with TPRPC_NATIVE_DIR
- *    pointing at an empty folder, the loader warns once and returns null (the TS fallback).
+ *    prebuilds/ and capabilities() answers; no native/build folder was made.
+ * 6. Delete the prebuild and hide the compiler (CC, CXX): `npm rebuild tprpc` warns and exits 0;
+ *    importing tprpc prints exactly one warning and uses the TypeScript backend.
  *
  * Usage: node scripts/test-pack.mjs [--from-build] [--keep]   (prints a JSON summary last; exit 1 on failure)
  */
@@ -168,11 +169,22 @@ try {
   );
   check(typeof used.blas === "string" && used.aligned === true, "capabilities() and alloc() work");
 
-  const empty = fs.mkdtempSync(path.join(work, "empty-"));
+  // 6. Without the prebuild and without a compiler: `npm rebuild tprpc` warns but succeeds, and
+  //    importing tprpc warns once and uses the TypeScript backend.
+  log("without the prebuild and a compiler");
+  fs.rmSync(path.join(pkg, "native", "prebuilds"), { recursive: true });
+  const nocc = { ...cleanEnv, CC: "/nonexistent/cc", CXX: "/nonexistent/c++" };
+  const rb = spawnSync("npm", ["rebuild", "tprpc", "--foreground-scripts"], {
+    cwd: scratch,
+    encoding: "utf8",
+    env: nocc,
+  });
+  check(rb.status === 0, `npm rebuild without a compiler exits 0:\n${rb.stdout}\n${rb.stderr}`);
+  check(/WARNING: the build failed; tprpc will use its TypeScript backend/.test(rb.stdout + rb.stderr), "it warns");
   const fb = spawnSync(process.execPath, ["--input-type=module", "-e", probe], {
     cwd: scratch,
     encoding: "utf8",
-    env: { ...cleanEnv, TPRPC_NATIVE_DIR: empty },
+    env: cleanEnv,
   });
   check(fb.status === 0, `the fallback run exits 0: ${fb.stderr}`);
   const warnings = fb.stderr.split("\n").filter((l) => l.startsWith("tprpc: warning"));
