@@ -8,7 +8,8 @@
  *   node native/build.mjs --rebuild    npm run build:native: compile (incrementally), fail loudly
  *   node native/build.mjs --prebuild   npm run prebuildify: native/prebuilds/<platform>-<arch>/tprpc.glibc.node
  *                                      (N-API, stripped; one file for every Node version)
- *   node native/build.mjs --check      fail unless a prebuild for this platform exists (npm prepack)
+ *   node native/build.mjs --check      fail unless the linux-x64 prebuild exists and is newer than the
+ *                                      sources (npm prepack)
  *
  * NB: node-gyp downloads Node's headers unless it is given a nodedir. Node installs from
  * distribution packages ship them next to the binary (<prefix>/include/node), so when
@@ -73,6 +74,18 @@ function compile({ clean }) {
   return run([...gyp, "build"]);
 }
 
+/** binding.gyp and every file under src/. */
+function sources() {
+  const out = [path.join(dir, "binding.gyp")];
+  const walk = (d) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true }))
+      if (e.isDirectory()) walk(path.join(d, e.name));
+      else out.push(path.join(d, e.name));
+  };
+  walk(path.join(dir, "src"));
+  return out;
+}
+
 function prebuildDir() {
   return path.join(dir, "prebuilds", `${process.platform}-${process.arch}`);
 }
@@ -120,6 +133,12 @@ switch (mode) {
     const shipped = path.join(dir, "prebuilds", "linux-x64", "tprpc.glibc.node");
     if (!fs.existsSync(shipped)) {
       log(`no ${path.relative(dir, shipped)}: run \`npm run prebuildify\` on linux-x64 before packing`);
+      process.exit(1);
+    }
+    const built = fs.statSync(shipped).mtimeMs;
+    const newer = sources().filter((f) => fs.statSync(f).mtimeMs > built);
+    if (newer.length) {
+      log(`${path.relative(dir, shipped)} is older than ${path.relative(dir, newer[0])}: run \`npm run prebuildify\``);
       process.exit(1);
     }
     break;
