@@ -3,16 +3,28 @@
 // JS-facing contract (all synchronous; large work is split across the
 // persistent thread pool in thread_pool.h while the JS thread waits):
 //   unary(op: string, x: View, out: View, a0?: number, a1?: number)
-//   binary(op: string, a: View, b: View, out: View)     // a, b broadcast to out's shape
-//   where(cond: View(u8), a: View, b: View, out: View)
+//       clamp: a0/a1 = min/max (NaN or absent: none); powScalar: a0 = exponent.
+//       out has x's dtype, except isnan/logicalNot: any x dtype, out uint8 (bool).
+//       float32/float64: every op; int32/int64/uint8: neg abs sign square relu floor ceil round clamp.
+//   binary(op: string, a: View, b: View, out: View)     // a, b broadcast to out's shape, same dtype
+//       out has a's dtype, except the comparisons and logicalAnd/Or: out uint8 (bool).
+//       uint8 takes add/sub/mul/maximum/minimum and the predicates only.
+//   where(cond: View(u8), a: View, b: View, out: View)  // any dtype (a bit copy)
 //   reduce(op: "sum"|"prod"|"max"|"min", x: View, dims: number[], out: View)
+//       out contiguous, x's shape with dims set to 1; its dtype may differ from x's (cast on store,
+//       e.g. bool -> int64 sums). Floats accumulate in float64, integers in int64.
 //   argReduce(op: "argmax"|"argmin", x: View, dim: number, out: View(i64))
-//   matmul(a: View[B,M,K], b: View[B,K,N], out: View[B,M,N])
-//   softmax(x: View, dim: number, log: boolean, out: View)
+//   matmul(a: View[B,M,K], b: View[B,K,N], out: View[B,M,N])  // a/b batch may be 1 or stride 0
+//   softmax(x: View, dim: number, log: boolean, out: View)     // float32/float64
+//   layerNorm(x: View[*, D] contiguous, weight: View[D]|null, bias: View[D]|null, eps: number,
+//             out: View, mean: View[rows]|null, rstd: View[rows]|null)  // biased variance
 //   indexSelect(x, dim, index(i64|i32, 1-D), out); gather(x, dim, index, out); scatterAdd(dst, dim, index, src)
-//   copy(src: View, dst: View)  (f32/f64 casts included); fill(dst: View, value: number)
+//       bad index: RangeError "index 5 is out of bounds for dimension 0 with size 3", nothing written.
+//   copy(src: View, dst: View)  (casts among f32/f64/i32/i64/u8 as typed-array stores do); fill(dst: View, value: number)
+//   simdIsa(): "avx512"|"avx2"|"scalar"; setSimdIsa(name): boolean   (the float32 vector kernels; tests)
+//   setBlasThreads(n); getBlasThreads()   (OpenBLAS's pool; matmul resyncs it when getNumThreads() changes)
 // `out` is always contiguous and allocated by the caller. Ops are named as in
-// sdk/tensor/backend/interface.ts. Unknown ops throw a TypeError.
+// sdk/tensor/backend/interface.ts. Unknown ops and unsupported dtypes throw a TypeError.
 #pragma once
 #include <napi.h>
 

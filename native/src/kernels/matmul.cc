@@ -10,6 +10,7 @@
 // from inside ParallelFor, so the two pools never nest.
 #include <cblas.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "kernels/common.h"
@@ -55,12 +56,9 @@ void Pack(const View& v, int64_t bi, T* dst) {
 }
 
 void SyncBlasThreads() {
-  static int current = 0;  // JS thread only
+  static std::atomic<int> current{0};  // NB: worker_threads may call matmul too
   const int n = NumThreads();
-  if (n != current) {
-    openblas_set_num_threads(n);
-    current = n;
-  }
+  if (current.exchange(n) != n) openblas_set_num_threads(n);
 }
 
 template <typename T>
