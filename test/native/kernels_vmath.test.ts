@@ -7,7 +7,9 @@
 import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import type { NativeBinding } from "../../sdk/native/binding.js";
-import { erf, gelu, geluGrad, geluTanh, geluTanhGrad, sigmoid } from "../../sdk/tensor/backend/ts/math.js";
+import { TsBackend } from "../../sdk/tensor/backend/ts/index.js";
+import { erf, geluGrad, geluTanh, geluTanhGrad, sigmoid } from "../../sdk/tensor/backend/ts/math.js";
+import { Tensor } from "../../sdk/tensor/tensor.js";
 import { nativeOrSkip } from "./helpers.js";
 
 const { native, skip } = nativeOrSkip();
@@ -73,7 +75,6 @@ const CASES: Record<string, Case> = {
     },
   },
 };
-void gelu;
 
 const SPECIAL = [
   0,
@@ -185,6 +186,74 @@ describe.skipIf(skip !== null)("native float32 vector math accuracy", () => {
           if (op === "exp") expect(r.maxRel).toBeLessThan(1e-6);
         }
         if (Number(process.env.TPRPC_DEBUG ?? 0) >= 1) console.info(rows.join("\n"));
+      } finally {
+        raw.setSimdIsa(before);
+      }
+    });
+  }
+
+  for (const isa of ["avx512", "avx2", "scalar"]) {
+    it(`${isa}: binary ops, reductions and softmax agree with the reference (odd lengths: vector tails)`, (ctx) => {
+      const before = raw.simdIsa();
+      if (!raw.setSimdIsa(isa)) ctx.skip(`this CPU lacks ${isa}`);
+      try {
+        const ref = new TsBackend();
+        const mk = (shape: number[], seed: number, strides?: number[]) => {
+          const len = shape.reduce((p, d) => p * d, 1);
+          const t = Tensor.empty(shape, "float32");
+          const d = t.storage.data as Float32Array;
+          for (let i = 0; i < len; i++) d[i] = Math.sin(seed * 7.1 + i * 1.3) * 5;
+          d[3] = NaN;
+          return strides ? new Tensor(t.storage, shape, strides, 0) : t;
+        };
+        const kv = (t: Tensor) => ({
+          data: t.storage.data as Float32Array,
+          offset: t.offset,
+          shape: t.shape,
+          strides: t.strides,
+        });
+        const eq = (got: Tensor, want: Tensor, tol: number) => {
+          const g = got.storage.data as Float32Array;
+          const w = want.storage.data as Float32Array;
+          for (let i = 0; i < w.length; i++) {
+            if (Number.isNaN(w[i]!) && Number.isNaN(g[i]!)) continue;
+            if (!(Math.abs(g[i]! - w[i]!) <= tol * Math.max(1, Math.abs(w[i]!))))
+              expect.fail(`element ${i}: ${g[i]} vs ${w[i]}`);
+          }
+        };
+        const a = mk([5, 37], 1);
+        const scalar = mk([5, 37], 2, [0, 0]);
+        const row = mk([5, 37], 3, [0, 1]);
+        for (const b of [mk([5, 37], 4), scalar, row]) {
+          for (const op of ["add", "sub", "mul", "div", "maximum", "minimum"] as const) {
+            for (const [x, y] of [
+              [a, b],
+              [b, a],
+            ] as const) {
+              const got = Tensor.empty([5, 37], "float32");
+              const want = Tensor.empty([5, 37], "float32");
+              n.binary(op, kv(x), kv(y), kv(got));
+              ref.binary(op, x, y, want);
+              eq(got, want, 0);
+            }
+          }
+        }
+        for (const op of ["sum", "max", "min"] as const) {
+          const got = Tensor.empty([5, 1], "float32");
+          const want = Tensor.empty([5, 1], "float32");
+          n.reduce(op, kv(a), [1], kv(got));
+          ref.reduce(op, a, [1], want);
+          eq(got, want, 1e-6);
+        }
+        for (const log of [false, true]) {
+          const x = mk([5, 37], 5);
+          (x.storage.data as Float32Array)[3] = 1; // NB: a NaN would blank the whole row
+          const got = Tensor.empty([5, 37], "float32");
+          const want = Tensor.empty([5, 37], "float32");
+          n.softmax(kv(x), 1, log, kv(got));
+          ref.softmax(x, 1, log, want);
+          eq(got, want, 4e-6);
+        }
       } finally {
         raw.setSimdIsa(before);
       }
