@@ -487,6 +487,21 @@ describe.skipIf(skip !== null)("native kernels: matmul, softmax, layerNorm", () 
     });
   }
 
+  it("softmax and argmax of a 0-d tensor, as the reference", () => {
+    const x = Tensor.empty([], "float32");
+    (x.storage.data as Float32Array)[0] = 3;
+    for (const log of [false, true]) {
+      const got = like(x);
+      const want = like(x);
+      n.softmax(view(x), 0, log, view(got));
+      ref.softmax(x, 0, log, want);
+      same(got, want);
+    }
+    const got = Tensor.empty([], "int64");
+    n.argReduce("argmax", view(x), 0, view(got));
+    expect(values(got)).toEqual([0]);
+  });
+
   it("softmax over many long rows (parallel, vectorized)", () => {
     const x = rand([64, 5003], "float32", 103, -30, 30);
     for (const log of [false, true]) {

@@ -318,6 +318,10 @@ Napi::Value ArgReduce(const Napi::CallbackInfo& info) {
   View x = ParseView(info[1], "x");
   const int64_t dim = IntArg(info, 2, "argReduce", "dim");
   View out = ParseView(info[3], "out");
+  if (x.ndim() == 0 && out.ndim() == 0) {  // NB: as in the reference, a 0-d x is one row of one
+    x.shape = out.shape = {1};
+    x.strides = out.strides = {1};
+  }
   if (dim < 0 || dim >= x.ndim()) throw Napi::RangeError::New(env, "argReduce: dim out of range");
   if (x.shape[dim] == 0) throw Napi::RangeError::New(env, "argReduce: the reduced dim is empty");
   if (out.dtype != DType::I64) ThrowType(env, "argReduce: out must be int64");

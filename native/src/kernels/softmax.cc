@@ -58,6 +58,10 @@ Napi::Value Softmax(const Napi::CallbackInfo& info) {
   const int64_t dim = IntArg(info, 1, "softmax", "dim");
   const bool log = info[2].ToBoolean().Value();
   View out = ParseView(info[3], "out");
+  if (x.ndim() == 0 && out.ndim() == 0) {  // NB: as in the reference, a 0-d x is one row of one
+    x.shape = out.shape = {1};
+    x.strides = out.strides = {1};
+  }
   if (dim < 0 || dim >= x.ndim()) throw Napi::RangeError::New(env, "softmax: dim out of range");
   CheckShape(env, out, x.shape, "softmax", "out");
   if (out.dtype != x.dtype || (x.dtype != DType::F32 && x.dtype != DType::F64))
