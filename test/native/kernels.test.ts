@@ -487,6 +487,21 @@ describe.skipIf(skip !== null)("native kernels: matmul, softmax, layerNorm", () 
     });
   }
 
+  it("softmax along a leading dim (vectorized across columns, blocked), with -inf and NaN columns", () => {
+    const x = rand([3, 5, 1500], "float32", 104, -20, 20);
+    const d = x.storage.data as Float32Array;
+    for (let k = 0; k < 5; k++) d[k * 1500 + 7] = -Infinity; // column 7 of p = 0: all -inf
+    d[2 * 1500 + 1200] = NaN; // column 1200 of p = 0: NaN
+    for (const dim of [0, 1])
+      for (const log of [false, true]) {
+        const got = like(x);
+        const want = like(x);
+        n.softmax(view(x), dim, log, view(got));
+        ref.softmax(x, dim, log, want);
+        close(got, want, 4e-6, log ? 1 : 1e-30);
+      }
+  });
+
   it("softmax and argmax of a 0-d tensor, as the reference", () => {
     const x = Tensor.empty([], "float32");
     (x.storage.data as Float32Array)[0] = 3;

@@ -2,8 +2,10 @@
 // dim. Softmax is the stable form of the reference: subtract the row max (0
 // for an all -inf row), exponentiate, normalise by the float64 sum; a NaN
 // anywhere in a row makes the whole row NaN. Rows contiguous along `dim` use
-// the vector kernels (vmath.h); other layouts and float64 run scalar
-// float64 math. Threads: parsing on the JS thread, rows on the pool.
+// the vector kernels (vmath.h), and so do contiguous float32 tensors along
+// another dim (vectorized across the columns); other layouts and float64
+// run scalar float64 math. Threads: parsing on the JS thread, rows on the pool.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/common.h"
@@ -51,6 +53,43 @@ void SoftmaxRowStrided(const T* x, int64_t sx, T* y, int64_t so, int64_t n, bool
   }
 }
 
+// Contiguous float32 [outer, n, inner] with inner > 1 (dim not last): each block of up to kBlock
+// columns is reduced along n with vector ops across the columns; blocks run on the pool.
+void SoftmaxColumnsF32(const float* x, float* y, int64_t outer, int64_t n, int64_t inner, bool log) {
+  constexpr int64_t kBlock = 1024;
+  const vmath::F32Kernels& vk = vmath::F32();
+  const int64_t blocks = (inner + kBlock - 1) / kBlock;
+  ParallelFor(outer * blocks, std::max<int64_t>(1, kGrain / (n * std::min(inner, kBlock))), [&](int64_t b, int64_t e) {
+    float mx[kBlock], shift[kBlock];
+    double sum[kBlock];
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t p = t / blocks, q0 = (t % blocks) * kBlock, w = std::min(kBlock, inner - q0);
+      const float* xb = x + p * n * inner + q0;
+      float* yb = y + p * n * inner + q0;
+      std::fill(mx, mx + w, -INFINITY);
+      for (int64_t k = 0; k < n; ++k) vk.binary(kern::BOp::Maximum, mx, 1, xb + k * inner, 1, mx, w);  // a NaN wins
+      for (int64_t q = 0; q < w; ++q) mx[q] = mx[q] == -INFINITY ? 0.0f : mx[q];
+      std::fill(sum, sum + w, 0.0);
+      for (int64_t k = 0; k < n; ++k) {
+        float* yr = yb + k * inner;
+        vk.binary(kern::BOp::Sub, xb + k * inner, 1, mx, 1, yr, w);
+        vk.unary(kern::UOp::Exp, yr, yr, w, 0, 0);
+        vk.accumulate(yr, sum, w);
+      }
+      for (int64_t q = 0; q < w; ++q) shift[q] = static_cast<float>(log ? std::log(sum[q]) : 1.0 / sum[q]);
+      for (int64_t k = 0; k < n; ++k) {
+        float* yr = yb + k * inner;
+        if (log) {  // (x - max) - log(sum): both terms <= 0, nothing cancels
+          vk.binary(kern::BOp::Sub, xb + k * inner, 1, mx, 1, yr, w);
+          vk.binary(kern::BOp::Sub, yr, 1, shift, 1, yr, w);
+        } else {
+          vk.binary(kern::BOp::Mul, yr, 1, shift, 1, yr, w);
+        }
+      }
+    }
+  });
+}
+
 // softmax(x, dim, log, out); out has x's shape.
 Napi::Value Softmax(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -67,6 +106,13 @@ Napi::Value Softmax(const Napi::CallbackInfo& info) {
   if (out.dtype != x.dtype || (x.dtype != DType::F32 && x.dtype != DType::F64))
     ThrowType(env, "softmax: x and out must both be float32 or both float64");
   const int64_t n = x.shape[dim];
+  int64_t inner = 1;
+  for (int d = static_cast<int>(dim) + 1; d < x.ndim(); ++d) inner *= x.shape[d];
+  if (x.dtype == DType::F32 && inner > 1 && x.contiguous() && out.contiguous()) {
+    SoftmaxColumnsF32(static_cast<const float*>(x.data) + x.offset, static_cast<float*>(out.data) + out.offset,
+                      x.numel() / std::max<int64_t>(1, n * inner), n, inner, log);
+    return env.Undefined();
+  }
   std::vector<int64_t> rows = x.shape;
   rows[dim] = 1;
   Iter<2> it = MakeIter<2>(rows, {&out, &x});  // one element per row start
