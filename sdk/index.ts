@@ -4,6 +4,35 @@
  *   import { tensor, randn, manualSeed, noGrad, nn, optim } from "tprpc";
  */
 import "./autograd/methods.js";
+import { loadNative } from "./native/binding.js";
+import { NativeBackend } from "./tensor/backend/native/index.js";
+import { registerBackend } from "./tensor/backend/registry.js";
+import { arrayOver, itemSize } from "./tensor/dtype.js";
+
+// The native CPU backend becomes the default when the addon loads (TPRPC_BACKEND=ts keeps the
+// reference; TPRPC_NATIVE=0 skips loading). TPRPC_NATIVE_MIN_NUMEL tunes the size below which work
+// stays in TypeScript (the test suite sets 0 so every kernel of the native backend is exercised).
+const native = loadNative();
+if (native) {
+  const minNumel = Number(process.env.TPRPC_NATIVE_MIN_NUMEL ?? 4096);
+  registerBackend(
+    new NativeBackend(native, {
+      minNumel,
+      allocArray: (dtype, numel) => arrayOver(dtype, native.alloc(numel * itemSize(dtype)), numel),
+    }),
+    { preferred: true },
+  );
+}
+
+/** Threads used by the native kernels (including the calling thread), as torch.get_num_threads. */
+export function getNumThreads(): number {
+  return native ? native.getNumThreads() : 1;
+}
+
+/** Sets the native kernels' thread count (BLAS included), as torch.set_num_threads; a no-op without the addon. */
+export function setNumThreads(n: number): void {
+  native?.setNumThreads(n);
+}
 
 export { Tensor, type NestedArray, type GradHook } from "./tensor/tensor.js";
 export { Device } from "./tensor/device.js";

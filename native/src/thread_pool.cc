@@ -18,6 +18,7 @@ class Pool {
   ~Pool() { Stop(); }
 
   void Resize(int total) {
+    std::lock_guard<std::mutex> turn(run_mu_);
     Stop();
     stopping_ = false;
     for (int i = 1; i < total; ++i) workers_.emplace_back([this] { Loop(); });
@@ -26,8 +27,10 @@ class Pool {
 
   int Size() const { return size_; }
 
-  // Runs body(chunk) for chunk in [0, chunks). Called from one thread at a time (the JS thread).
+  // Runs body(chunk) for chunk in [0, chunks). Callers from several JS threads (worker_threads)
+  // take turns: one job owns the pool at a time.
   void Run(int64_t chunks, const std::function<void(int64_t)>& body) {
+    std::lock_guard<std::mutex> turn(run_mu_);
     {
       std::lock_guard<std::mutex> lock(mu_);
       body_ = &body;
@@ -80,6 +83,7 @@ class Pool {
     workers_.clear();
   }
 
+  std::mutex run_mu_;  // held for a whole job (see Run)
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::vector<std::thread> workers_;

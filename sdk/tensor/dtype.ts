@@ -59,6 +59,26 @@ export function allocArray(d: DType, n: number): StorageArray {
   }
 }
 
+/** A storage array of dtype `d` over an existing buffer (e.g. native pooled memory). */
+export function arrayOver(d: DType, buffer: ArrayBuffer, numel: number): StorageArray {
+  switch (d) {
+    case "float32":
+      return new Float32Array(buffer, 0, numel);
+    case "float64":
+      return new Float64Array(buffer, 0, numel);
+    case "int32":
+      return new Int32Array(buffer, 0, numel);
+    case "int64":
+      return new BigInt64Array(buffer, 0, numel);
+    case "float16":
+    case "bfloat16":
+      return new Uint16Array(buffer, 0, numel);
+    case "uint8":
+    case "bool":
+      return new Uint8Array(buffer, 0, numel);
+  }
+}
+
 export function isFloating(d: DType): boolean {
   return d === "float32" || d === "float64" || d === "float16" || d === "bfloat16";
 }

@@ -1,16 +1,17 @@
 /**
  * `npm run bench`: tprpc's tensor kernels beside torch CPU's, measured in one run on this machine.
  *
- * Figures: f32 matmul GFLOP/s (2·n³/t) for square n = 128, 256, 512 (1024 when it fits the time
- * budget), elementwise add GB/s (reads 2 arrays, writes 1) and exp GB/s (reads 1, writes 1) on
- * 4,194,304 f32 elements. Both sides allocate their result, as `a.matmul(b)` / `a.add(b)` do.
+ * Figures: f32 matmul GFLOP/s (2·n³/t) for square n = 256 … 2048, elementwise add GB/s (reads 2
+ * arrays, writes 1), exp and softmax (rows of 1024) GB/s (read 1, write 1) on 4,194,304 f32 elements.
+ * Both sides allocate their result, as `a.matmul(b)` / `a.add(b)` do.
  *
  * 1. torch: test/bench/torch_ref.py runs under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides), one
  *    child per thread count (1 and 2), and prints JSON. Missing torch prints "torch reference
- *    unavailable" and the tprpc column is still measured.
- * 2. tprpc: the backend TPRPC_BACKEND picks (default ts), through the public API only.
- * 3. The ratio compares tprpc with torch at ONE thread (the TS backend runs on the one JS thread);
- *    torch at 2 threads is printed for scale.
+ *    unavailable" and the tprpc columns are still measured.
+ * 2. tprpc: every registered backend through the public API — "ts" (the reference, one JS thread; the
+ *    big matmuls are skipped when they would blow the time budget) and, when the addon loads,
+ *    "native" at 1 and 2 threads (setNumThreads).
+ * 3. Ratios compare native with torch at the same thread count.
  *
  * Timing follows /work/shared/bench/common.py: warm-up, then trials of a batch of calls, per-call
  * time = median over trials; torch_ref.py uses the same plan. Run: npm run bench [-- --quick]
@@ -20,13 +21,12 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { manualSeed, randn } from "../../sdk/index.js";
+import { backend, getNumThreads, manualSeed, randn, setNumThreads } from "../../sdk/index.js";
 
 const QUICK = process.argv.includes("--quick");
-const MATMUL_SIZES = QUICK ? [128, 256] : [128, 256, 512];
-const BIG = 1024; // tprpc measures it only when the 512 figure predicts it fits the budget
+const MATMUL_SIZES = QUICK ? [256, 512] : [256, 512, 1024, 2048];
 const ELEMS = 1 << 22;
-const TS_BUDGET_S = QUICK ? 10 : 60; // total tprpc measuring time, roughly
+const TS_BUDGET_S = QUICK ? 8 : 30; // the TS reference's matmul time budget, roughly
 
 interface TorchThread {
   threads: number;
@@ -34,6 +34,7 @@ interface TorchThread {
   matmul_gflops: Record<string, number>;
   add_gbs: number;
   exp_gbs: number;
+  softmax_gbs: number;
   add_out_gbs: number;
   exp_out_gbs: number;
   error?: string;
@@ -92,7 +93,7 @@ function runTorch(): TorchRef {
   const script = findTorchRef();
   if (!script) return { available: false, reason: "test/bench/torch_ref.py not found" };
   const python = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
-  const sizes = [...MATMUL_SIZES, BIG].join(",");
+  const sizes = MATMUL_SIZES.join(",");
   const r = spawnSync(python, [script, "--sizes", sizes], { encoding: "utf8", timeout: 900_000 });
   if (r.error) return { available: false, reason: `${python}: ${r.error.message}` };
   if (r.status !== 0)
@@ -104,123 +105,173 @@ function runTorch(): TorchRef {
   }
 }
 
+type Figure = number | string; // a figure, or why it is missing
+
 interface Row {
   label: string;
-  ours: number | string; // a figure, or why it is missing
+  ts: Figure;
+  native1?: Figure;
+  native2?: Figure;
   torch1?: number;
   torch2?: number;
 }
 
-function fmt(x: number | string | undefined, width: number): string {
+function fmt(x: Figure | undefined, width: number): string {
   if (x === undefined) return "-".padStart(width);
   if (typeof x === "string") return x.padStart(width);
   return (x >= 100 ? x.toFixed(1) : x >= 1 ? x.toFixed(2) : x.toPrecision(3)).padStart(width);
 }
 
+function tryFigure(f: () => number): Figure {
+  try {
+    return f();
+  } catch (e) {
+    return `error: ${(e as Error).message.slice(0, 40)}`;
+  }
+}
+
+const ratio = (ours: Figure | undefined, ref: number | undefined): number | undefined =>
+  typeof ours === "number" && ref ? ours / ref : undefined;
+
+/** Every figure for the current backend; matmul sizes past `maxMatmul` are reported as skipped. */
+function figures(predictMatmul: boolean): Map<string, Figure> {
+  const out = new Map<string, Figure>();
+  const start = now();
+  let last: { n: number; s: number } | undefined;
+  for (const n of MATMUL_SIZES) {
+    const key = `matmul ${n}`;
+    const predicted = last ? last.s * (n / last.n) ** 3 * 4 : 0;
+    if (predictMatmul && predicted > TS_BUDGET_S - (now() - start)) {
+      out.set(key, `skipped (~${predicted.toFixed(0)} s)`);
+      continue;
+    }
+    out.set(
+      key,
+      tryFigure(() => {
+        const a = randn([n, n]);
+        const b = randn([n, n]);
+        const s = measure(() => a.matmul(b), n >= 1024 ? 4 : 1.5, n >= 1024 ? 3 : 5);
+        last = { n, s };
+        return (2 * n ** 3) / s / 1e9;
+      }),
+    );
+  }
+  const bytes = 4 * ELEMS;
+  const x = randn([ELEMS]);
+  const y = randn([ELEMS]);
+  const rows = x.view(ELEMS / 1024, 1024);
+  out.set(
+    "add",
+    tryFigure(() => (3 * bytes) / measure(() => x.add(y)) / 1e9),
+  );
+  out.set(
+    "exp",
+    tryFigure(() => (2 * bytes) / measure(() => x.exp()) / 1e9),
+  );
+  out.set(
+    "softmax",
+    tryFigure(() => (2 * bytes) / measure(() => rows.softmax(1)) / 1e9),
+  );
+  return out;
+}
+
 function main(): void {
-  const backend = process.env.TPRPC_BACKEND ?? "ts";
   const torch = runTorch();
   const t1 = torch.threads?.["1"];
   const t2 = torch.threads?.["2"];
+  const wall = now();
 
   manualSeed(0);
+  const initial = backend.getBackend().name;
+  backend.setBackend("ts");
+  const ts = figures(true);
+  let native1: Map<string, Figure> | undefined;
+  let native2: Map<string, Figure> | undefined;
+  const haveNative = backend.listBackends().includes("native");
+  if (haveNative) {
+    backend.setBackend("native");
+    const threads = getNumThreads();
+    setNumThreads(1);
+    native1 = figures(false);
+    setNumThreads(2);
+    native2 = figures(false);
+    setNumThreads(threads);
+  }
+  backend.setBackend(initial);
+
   const rows: Row[] = [];
-  const tsStart = now();
-  const spent = (): number => now() - tsStart;
-  let last: { n: number; s: number } | undefined;
-
-  const tryFigure = (f: () => number): number | string => {
-    try {
-      return f();
-    } catch (e) {
-      return `error: ${(e as Error).message.slice(0, 40)}`;
-    }
-  };
-
-  for (const n of [...MATMUL_SIZES, BIG]) {
-    let ours: number | string;
-    if (n === BIG) {
-      // NB: one 1024 call costs ~8x a 512 call; it needs a first call + 3 trials.
-      const predicted = last ? last.s * 8 * 4 : Number.POSITIVE_INFINITY;
-      const left = TS_BUDGET_S - spent() - 5; // keep ~5 s for the elementwise rows
-      if (QUICK || predicted > left) {
-        const est = predicted === Number.POSITIVE_INFINITY ? "?" : predicted.toFixed(0);
-        ours = QUICK ? "skipped (--quick)" : `skipped (~${est} s)`;
-        rows.push({
-          label: `matmul f32 ${n}x${n} GFLOP/s`,
-          ours,
-          torch1: t1?.matmul_gflops?.[n],
-          torch2: t2?.matmul_gflops?.[n],
-        });
-        continue;
-      }
-    }
-    ours = tryFigure(() => {
-      const a = randn([n, n]);
-      const b = randn([n, n]);
-      const s = measure(() => a.matmul(b), n >= 512 ? 6 : 1.5, n >= 512 ? 3 : 5);
-      last = { n, s };
-      return (2 * n ** 3) / s / 1e9;
-    });
+  for (const n of MATMUL_SIZES) {
+    const k = `matmul ${n}`;
     rows.push({
       label: `matmul f32 ${n}x${n} GFLOP/s`,
-      ours,
+      ts: ts.get(k)!,
+      native1: native1?.get(k),
+      native2: native2?.get(k),
       torch1: t1?.matmul_gflops?.[n],
       torch2: t2?.matmul_gflops?.[n],
     });
   }
+  const ew: [string, string, keyof TorchThread][] = [
+    ["add", `add f32 4M GB/s (r2+w1)`, "add_gbs"],
+    ["exp", `exp f32 4M GB/s (r1+w1)`, "exp_gbs"],
+    ["softmax", `softmax f32 4Kx1K GB/s`, "softmax_gbs"],
+  ];
+  for (const [k, label, tk] of ew)
+    rows.push({
+      label,
+      ts: ts.get(k)!,
+      native1: native1?.get(k),
+      native2: native2?.get(k),
+      torch1: t1?.[tk] as number | undefined,
+      torch2: t2?.[tk] as number | undefined,
+    });
 
-  const bytes = 4 * ELEMS;
-  const x = randn([ELEMS]);
-  const y = randn([ELEMS]);
-  rows.push({
-    label: `add f32 ${ELEMS} GB/s (r2+w1)`,
-    ours: tryFigure(() => (3 * bytes) / measure(() => x.add(y)) / 1e9),
-    torch1: t1?.add_gbs,
-    torch2: t2?.add_gbs,
-  });
-  rows.push({
-    label: `exp f32 ${ELEMS} GB/s (r1+w1)`,
-    ours: tryFigure(() => (2 * bytes) / measure(() => x.exp()) / 1e9),
-    torch1: t1?.exp_gbs,
-    torch2: t2?.exp_gbs,
-  });
-  const tsTime = spent();
-
-  // Report.
   const cpu = os.cpus()[0]?.model ?? "unknown CPU";
-  console.log(`tprpc bench: backend ${backend} vs torch CPU, measured in this run on this machine`);
+  console.log("tprpc bench: tensor kernels vs torch CPU, measured in this run on this machine");
   const load = os.loadavg()[0] ?? 0;
-  console.log(
-    `node ${process.version}, ${os.cpus().length} CPUs (${cpu}), dtype ${x.dtype}, load average ${load.toFixed(2)}`,
-  );
-  if (load > 0.5) console.log("NB: other work is running here; the 2-thread torch figures suffer most from it");
+  console.log(`node ${process.version}, ${os.cpus().length} CPUs (${cpu}), load average ${load.toFixed(2)}`);
+  if (load > 0.5) console.log("NB: other work is running here; the 2-thread figures suffer most from it");
   if (torch.available) {
-    console.log(
-      `torch ${torch.torch} (${t1?.blas ?? "?"} BLAS), default threads ${torch.default_threads};` +
-        " ratio = tprpc (one JS thread) / torch at 1 thread; torch at 2 threads shown for scale",
-    );
+    console.log(`torch ${torch.torch} (${t1?.blas ?? "?"} BLAS), default threads ${torch.default_threads}`);
     for (const [k, v] of Object.entries(torch.threads ?? {}))
       if (v.error) console.log(`torch ${k} thread(s) failed: ${v.error}`);
   } else {
     console.log(`torch reference unavailable (${torch.reason})`);
   }
+  if (!haveNative) console.log("native backend not loaded: only the TS reference is measured");
   console.log("");
-  const head = `${"figure".padEnd(34)}${"tprpc".padStart(18)}${"torch 1T".padStart(11)}${"tprpc/torch".padStart(13)}${"torch 2T".padStart(11)}`;
+  const cols: [string, number][] = [
+    ["figure", 30],
+    ["ts", 20],
+    ["native 1T", 11],
+    ["torch 1T", 10],
+    ["nat/torch", 10],
+    ["native 2T", 11],
+    ["torch 2T", 10],
+    ["nat/torch", 10],
+  ];
+  const head = cols.map(([h, w], i) => (i === 0 ? h.padEnd(w) : h.padStart(w))).join("");
   console.log(head);
   console.log("-".repeat(head.length));
   for (const r of rows) {
-    const ratio = typeof r.ours === "number" && r.torch1 ? r.ours / r.torch1 : undefined;
-    console.log(`${r.label.padEnd(34)}${fmt(r.ours, 18)}${fmt(r.torch1, 11)}${fmt(ratio, 13)}${fmt(r.torch2, 11)}`);
+    console.log(
+      r.label.padEnd(30) +
+        fmt(r.ts, 20) +
+        fmt(r.native1, 11) +
+        fmt(r.torch1, 10) +
+        fmt(ratio(r.native1, r.torch1), 10) +
+        fmt(r.native2, 11) +
+        fmt(r.torch2, 10) +
+        fmt(ratio(r.native2, r.torch2), 10),
+    );
   }
   console.log("");
-  if (t1 && !t1.error) {
+  if (t1 && !t1.error)
     console.log(
       `torch into a preallocated out= (no allocation), 1 thread: add ${fmt(t1.add_out_gbs, 0)} GB/s, exp ${fmt(t1.exp_out_gbs, 0)} GB/s`,
     );
-  }
   console.log(
-    `tprpc measuring time ${tsTime.toFixed(1)} s${(globalThis as { gc?: unknown }).gc ? "" : " (run with --expose-gc for steadier figures)"}`,
+    `tprpc measuring time ${(now() - wall).toFixed(1)} s${(globalThis as { gc?: unknown }).gc ? "" : " (run with --expose-gc for steadier figures)"}`,
   );
 }
 

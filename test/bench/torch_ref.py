@@ -1,4 +1,4 @@
-# torch CPU reference figures for `npm run bench`: f32 matmul GFLOP/s (2*n^3/t) and elementwise add / exp GB/s,
+# torch CPU reference figures for `npm run bench`: f32 matmul GFLOP/s (2*n^3/t) and elementwise add / exp / softmax GB/s,
 # at 1 and 2 threads, printed as one JSON object on stdout. Run: /usr/bin/python3 test/bench/torch_ref.py [--sizes 128,256]
 #
 # Method, as /work/shared/bench (common.py measure(), torch_matmul.py): one child process per thread count, so
@@ -88,6 +88,8 @@ def child(th):
     res["add_gbs"] = 3 * nbytes / measure(lambda: torch.add(x, y)) / 1e9
     res["exp_gbs"] = 2 * nbytes / measure(lambda: torch.exp(x)) / 1e9
     # ... and into a preallocated output (out=), the ceiling without fresh-page faults
+    rows = x.view(ELEMS // 1024, 1024)
+    res["softmax_gbs"] = 2 * nbytes / measure(lambda: torch.softmax(rows, 1)) / 1e9
     res["add_out_gbs"] = 3 * nbytes / measure(lambda: torch.add(x, y, out=out)) / 1e9
     res["exp_out_gbs"] = 2 * nbytes / measure(lambda: torch.exp(x, out=out)) / 1e9
     print(json.dumps(res))

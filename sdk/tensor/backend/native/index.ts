@@ -137,7 +137,8 @@ export class NativeBackend implements Backend {
   }
 
   indexSelect(x: TensorView, dim: number, index: TensorView, out: TensorView): void {
-    if (this.big(out) && this.floats(x) && isIndex(index)) indexed(() => this.k.indexSelect(kv(x), dim, kv(index), kv(out)));
+    if (this.big(out) && this.floats(x) && isIndex(index))
+      indexed(() => this.k.indexSelect(kv(x), dim, kv(index), kv(out)));
     else this.ts.indexSelect(x, dim, index, out);
   }
 
