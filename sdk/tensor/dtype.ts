@@ -59,6 +59,18 @@ export function allocArray(d: DType, n: number): StorageArray {
   }
 }
 
+/**
+ * Like allocArray, but the contents are undefined: for kernel outputs that are
+ * overwritten whole. Large arrays come from Node's unzeroed allocator
+ * (Buffer.allocUnsafeSlow), which skips the memset or the fresh-page faults that
+ * zeroing costs (measured: a 4M-element native add 2.5 ms zeroed vs 1.3 ms here).
+ */
+export function allocArrayUninit(d: DType, n: number): StorageArray {
+  const bytes = n * itemSize(d);
+  if (bytes < 1 << 16 || typeof Buffer === "undefined") return allocArray(d, n);
+  return arrayOver(d, Buffer.allocUnsafeSlow(bytes).buffer as ArrayBuffer, n);
+}
+
 /** A storage array of dtype `d` over an existing buffer (e.g. native pooled memory). */
 export function arrayOver(d: DType, buffer: ArrayBuffer, numel: number): StorageArray {
   switch (d) {

@@ -13,6 +13,7 @@ import {
   broadcastShapes,
   contiguousStrides,
   expandStrides,
+  numelOf,
   normDim,
   type Shape,
   shapeStr,
@@ -24,8 +25,14 @@ import { Tensor } from "./tensor.js";
 export type Scalar = number | boolean;
 export type Operand = Tensor | Scalar;
 
+/** A zeroed contiguous tensor. */
 export function empty(shape: Shape, dtype: DType): Tensor {
   return Tensor.empty(shape, dtype);
+}
+
+/** A contiguous tensor with undefined contents: only for kernel outputs that overwrite every element. */
+function output(shape: Shape, dtype: DType): Tensor {
+  return new Tensor(Storage.allocUninit(dtype, numelOf(shape)), [...shape], contiguousStrides(shape), 0);
 }
 
 /** A 0-dim tensor holding `v`. */
@@ -46,7 +53,7 @@ export function expandTo(t: Tensor, shape: Shape): Tensor {
 
 /** A contiguous copy of `t` with dtype `dtype` (always a new storage). */
 export function copyAs(t: Tensor, dtype: DType = t.dtype): Tensor {
-  const out = empty(t.shape, dtype);
+  const out = output(t.shape, dtype);
   getBackend().copy(t, out);
   return out;
 }
@@ -96,7 +103,7 @@ function shapeOf(o: Operand): Shape {
 export function unary(op: UnaryOp, x: Tensor, args?: readonly number[], outDType?: DType): Tensor {
   const dtype = outDType ?? x.dtype;
   const xin = dtype === x.dtype || op === "logicalNot" || op === "isnan" ? x : cast(x, dtype);
-  const out = empty(x.shape, dtype);
+  const out = output(x.shape, dtype);
   getBackend().unary(op, xin, out, args);
   return out;
 }
@@ -112,7 +119,7 @@ export function binary(op: BinaryOp, a: Operand, b: Operand, computeDType?: DTyp
   const shape = broadcastShapes(shapeOf(a), shapeOf(b));
   const at = expandTo(toTensor(a, dtype), shape);
   const bt = expandTo(toTensor(b, dtype), shape);
-  const out = empty(shape, COMPARISON_OPS.has(op) ? "bool" : dtype);
+  const out = output(shape, COMPARISON_OPS.has(op) ? "bool" : dtype);
   getBackend().binary(op, at, bt, out);
   return out;
 }
@@ -122,7 +129,7 @@ export function where(cond: Tensor, a: Operand, b: Operand): Tensor {
     throw new DTypeError(`where expected condition to be a boolean tensor, but got a tensor with dtype ${cond.dtype}`);
   const dtype = resultType(a, b);
   const shape = broadcastShapes(cond.shape, shapeOf(a), shapeOf(b));
-  const out = empty(shape, dtype);
+  const out = output(shape, dtype);
   getBackend().where(
     expandTo(cond, shape),
     expandTo(toTensor(a, dtype), shape),
@@ -140,7 +147,7 @@ export function reduce(op: ReduceOp, x: Tensor, dims: readonly number[], keepdim
     throw new ShapeError(
       `${op}(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.`,
     );
-  const out = empty(kept, dtype);
+  const out = output(kept, dtype);
   getBackend().reduce(op, x, dims, out);
   return keepdim ? out : squeezeDims(out, dims);
 }
@@ -148,7 +155,7 @@ export function reduce(op: ReduceOp, x: Tensor, dims: readonly number[], keepdim
 export function argReduce(op: "argmax" | "argmin", x: Tensor, dim: number, keepdim: boolean): Tensor {
   if (x.shape[dim] === 0) throw new ShapeError(`${op}(): Expected reduction dim ${dim} to have non-zero size.`);
   const kept = x.shape.map((d, i) => (i === dim ? 1 : d));
-  const out = empty(kept, "int64");
+  const out = output(kept, "int64");
   getBackend().argReduce(op, x, dim, out);
   return keepdim ? out : squeezeDims(out, [dim]);
 }
@@ -201,7 +208,7 @@ export function matmul(a: Tensor, b: Tensor): Tensor {
   const B = batch.reduce((p, d) => p * d, 1);
   const a3 = flattenBatch(expandTo(a2, [...batch, m, k]), B);
   const b3 = flattenBatch(expandTo(b2, [...batch, k, n]), B);
-  const out = empty([B, m, n], a.dtype);
+  const out = output([B, m, n], a.dtype);
   getBackend().matmul(a3, b3, out);
   const shape = [...batch, ...(a.ndim === 1 ? [] : [m]), ...(b.ndim === 1 ? [] : [n])];
   return new Tensor(out.storage, shape, contiguousStrides(shape), 0);
@@ -220,7 +227,7 @@ function flattenBatch(t: Tensor, B: number): Tensor {
 
 export function softmax(x: Tensor, dim: number, log: boolean): Tensor {
   const xin = isFloating(x.dtype) ? x : cast(x, getDefaultDType());
-  const out = empty(x.shape, xin.dtype);
+  const out = output(x.shape, xin.dtype);
   getBackend().softmax(xin, normDim(dim, x.ndim), log, out);
   return out;
 }
@@ -236,7 +243,7 @@ export function indexSelect(x: Tensor, dim: number, index: Tensor): Tensor {
   const d = normDim(dim, x.ndim);
   const shape = [...x.shape];
   if (x.ndim > 0) shape[d] = index.numel();
-  const out = empty(shape, x.dtype);
+  const out = output(shape, x.dtype);
   getBackend().indexSelect(x, d, asStrided(index, [index.numel()], [index.strides[0] ?? 1], index.offset), out);
   return out;
 }
@@ -251,7 +258,7 @@ export function gather(x: Tensor, dim: number, index: Tensor): Tensor {
       throw new ShapeError(
         `gather(): Size does not match at dimension ${i} expected index ${shapeStr(index.shape)} to be smaller than self ${shapeStr(x.shape)} apart from dimension ${d}`,
       );
-  const out = empty(index.shape, x.dtype);
+  const out = output(index.shape, x.dtype);
   getBackend().gather(x, d, index, out);
   return out;
 }

@@ -3,7 +3,7 @@
  * every view of it shares (autograd uses it to detect in-place changes to
  * tensors saved for backward).
  */
-import { type DType, type StorageArray, allocArray } from "./dtype.js";
+import { type DType, type StorageArray, allocArray, allocArrayUninit } from "./dtype.js";
 import { type Device, cpu } from "./device.js";
 import { getBackend } from "./backend/registry.js";
 
@@ -24,6 +24,12 @@ export class Storage {
   static alloc(dtype: DType, numel: number, device: Device = cpu): Storage {
     const fromBackend = numel >= LARGE ? getBackend().allocArray?.(dtype, numel) : null;
     return new Storage(fromBackend ?? allocArray(dtype, numel), dtype, device);
+  }
+
+  /** Storage whose contents are undefined, for kernel outputs that overwrite every element. */
+  static allocUninit(dtype: DType, numel: number, device: Device = cpu): Storage {
+    const fromBackend = numel >= LARGE ? getBackend().allocArray?.(dtype, numel) : null;
+    return new Storage(fromBackend ?? allocArrayUninit(dtype, numel), dtype, device);
   }
 
   get length(): number {

@@ -12,6 +12,8 @@
  *    big matmuls are skipped when they would blow the time budget) and, when the addon loads,
  *    "native" at 1 and 2 threads (setNumThreads).
  * 3. Ratios compare native with torch at the same thread count.
+ * 4. Like torch_ref.py, each (backend, threads) set runs in its own child process, so one set's
+ *    garbage and V8's GC heuristics after it don't tax the next.
  *
  * Timing follows /work/shared/bench/common.py: warm-up, then trials of a batch of calls, per-call
  * time = median over trials; torch_ref.py uses the same plan. Run: npm run bench [-- --quick]
@@ -21,7 +23,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { backend, getNumThreads, manualSeed, randn, setNumThreads } from "../../sdk/index.js";
+import { backend, manualSeed, randn, setNumThreads } from "../../sdk/index.js";
 
 const QUICK = process.argv.includes("--quick");
 const MATMUL_SIZES = QUICK ? [256, 512] : [256, 512, 1024, 2048];
@@ -175,29 +177,37 @@ function figures(predictMatmul: boolean): Map<string, Figure> {
   return out;
 }
 
+/** Runs figures() for one backend and thread count in a child process (see 4. above). */
+function childFigures(name: string, threads: number): Map<string, Figure> {
+  const args = [...process.execArgv, fileURLToPath(import.meta.url), "--child", name, String(threads)];
+  if (QUICK) args.push("--quick");
+  const r = spawnSync(process.execPath, args, { encoding: "utf8", timeout: 600_000 });
+  const line = r.stdout?.trim().split("\n").pop() ?? "";
+  try {
+    return new Map(Object.entries(JSON.parse(line) as Record<string, Figure>));
+  } catch {
+    const why = `failed (${r.status}): ${(r.stderr ?? "").trim().slice(-60)}`;
+    return new Map([...MATMUL_SIZES.map((n) => `matmul ${n}`), "add", "exp", "softmax"].map((k) => [k, why]));
+  }
+}
+
+function child(name: string, threads: number): void {
+  backend.setBackend(name);
+  setNumThreads(threads);
+  manualSeed(0);
+  console.log(JSON.stringify(Object.fromEntries(figures(name === "ts"))));
+}
+
 function main(): void {
   const torch = runTorch();
   const t1 = torch.threads?.["1"];
   const t2 = torch.threads?.["2"];
   const wall = now();
 
-  manualSeed(0);
-  const initial = backend.getBackend().name;
-  backend.setBackend("ts");
-  const ts = figures(true);
-  let native1: Map<string, Figure> | undefined;
-  let native2: Map<string, Figure> | undefined;
+  const ts = childFigures("ts", 1);
   const haveNative = backend.listBackends().includes("native");
-  if (haveNative) {
-    backend.setBackend("native");
-    const threads = getNumThreads();
-    setNumThreads(1);
-    native1 = figures(false);
-    setNumThreads(2);
-    native2 = figures(false);
-    setNumThreads(threads);
-  }
-  backend.setBackend(initial);
+  const native1 = haveNative ? childFigures("native", 1) : undefined;
+  const native2 = haveNative ? childFigures("native", 2) : undefined;
 
   const rows: Row[] = [];
   for (const n of MATMUL_SIZES) {
@@ -275,4 +285,6 @@ function main(): void {
   );
 }
 
-main();
+const childAt = process.argv.indexOf("--child");
+if (childAt >= 0) child(process.argv[childAt + 1]!, Number(process.argv[childAt + 2]));
+else main();

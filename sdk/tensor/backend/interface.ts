@@ -6,7 +6,8 @@
  * Contract for every kernel:
  * 1. Inputs are strided views (any strides, stride 0 for broadcast dims).
  * 2. `out` is a freshly allocated contiguous tensor of the documented shape
- *    and dtype, owned by the caller; kernels never allocate results.
+ *    and dtype, owned by the caller; kernels never allocate results. Its
+ *    contents are undefined: kernels overwrite every element.
  * 3. Elementwise inputs already have the result's compute dtype (the op layer
  *    casts first), except comparisons (out: bool) and `where` (cond: bool).
  * 4. Kernels throw only typed errors (IndexError for bad indices).
