@@ -15,3 +15,4 @@ export * from "./ops/reduce.js";
 export * from "./ops/linalg.js";
 export * from "./ops/views.js";
 export * from "./ops/indexing.js";
+export * from "./ops/norm.js";

@@ -12,6 +12,7 @@
 import { DTypeError, ShapeError, ValueError } from "../errors/index.js";
 import * as E from "../autograd/ops/elementwise.js";
 import { embedding as embeddingOp } from "../autograd/ops/indexing.js";
+import { layerNorm as layerNormOp } from "../autograd/ops/norm.js";
 import { arange, rand } from "../tensor/creation.js";
 import type { Generator } from "../tensor/random.js";
 import type { Tensor } from "../tensor/tensor.js";
@@ -98,13 +99,16 @@ export function layerNorm(
       throw new ShapeError(
         `Expected ${what} to be of same shape as normalized_shape, but got ${what} of shape ${shapeStr(t.shape)} and normalized_shape = ${shapeStr(ns)}`,
       );
-  const dims = ns.map((_, i) => input.ndim - k + i);
-  const centered = input.sub(input.mean(dims, true));
-  const variance = centered.square().mean(dims, true);
-  let y = centered.mul(variance.add(eps).rsqrt());
-  if (weight) y = y.mul(weight);
-  if (bias) y = y.add(bias);
-  return y;
+  if (!input.isFloatingPoint())
+    throw new DTypeError(`layerNorm(): expected a floating point input, got ${input.dtype}`);
+  // one fused op (sdk/autograd/ops/norm.ts): the backend's kernel forward, a closed-form backward
+  return layerNormOp(
+    input,
+    ns.reduce((p, d) => p * d, 1),
+    weight ?? null,
+    bias ?? null,
+    eps,
+  );
 }
 
 /**

@@ -130,4 +130,19 @@ export interface Backend {
 
   /** In place: dst[index[i][j]][j] += src[i][j] (for dim 0). */
   scatterAdd(dst: TensorView, dim: number, index: TensorView, src: TensorView): void;
+
+  /**
+   * Layer norm over the last dim of a contiguous [rows, D] float view (biased
+   * variance): out = (x - mean) * rstd * weight + bias; also writes mean and
+   * rstd ([rows], x's dtype) for the backward. weight/bias may be null.
+   */
+  layerNorm(
+    x: TensorView,
+    weight: TensorView | null,
+    bias: TensorView | null,
+    eps: number,
+    out: TensorView,
+    mean: TensorView,
+    rstd: TensorView,
+  ): void;
 }

@@ -35,6 +35,15 @@ export interface NativeKernels {
   scatterAdd(dst: KernelView, dim: number, index: KernelView, src: KernelView): void;
   copy(src: KernelView, dst: KernelView): void;
   fill(dst: KernelView, value: number): void;
+  layerNorm(
+    x: KernelView,
+    weight: KernelView | null,
+    bias: KernelView | null,
+    eps: number,
+    out: KernelView,
+    mean: KernelView | null,
+    rstd: KernelView | null,
+  ): void;
 }
 
 export interface NativeBackendOptions {
@@ -151,5 +160,20 @@ export class NativeBackend implements Backend {
     if (this.big(index) && this.floats(dst, src) && dst.dtype === src.dtype && isIndex(index))
       indexed(() => this.k.scatterAdd(kv(dst), dim, kv(index), kv(src)));
     else this.ts.scatterAdd(dst, dim, index, src);
+  }
+
+  layerNorm(
+    x: TensorView,
+    weight: TensorView | null,
+    bias: TensorView | null,
+    eps: number,
+    out: TensorView,
+    mean: TensorView,
+    rstd: TensorView,
+  ): void {
+    const same = (t: TensorView | null) => t === null || t.dtype === x.dtype;
+    if (this.big(x) && this.floats(x) && same(weight) && same(bias))
+      this.k.layerNorm(kv(x), weight && kv(weight), bias && kv(bias), eps, kv(out), kv(mean), kv(rstd));
+    else this.ts.layerNorm(x, weight, bias, eps, out, mean, rstd);
   }
 }

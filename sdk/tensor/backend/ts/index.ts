@@ -368,4 +368,41 @@ export class TsBackend implements Backend {
       writeD(t, readD(t) + readS(srcOffs[i]!));
     }
   }
+
+  layerNorm(
+    x: TensorView,
+    weight: TensorView | null,
+    bias: TensorView | null,
+    eps: number,
+    out: TensorView,
+    mean: TensorView,
+    rstd: TensorView,
+  ): void {
+    const a = readContig(x);
+    const D = x.shape[x.shape.length - 1]!;
+    const rows = D === 0 ? 0 : a.length / D;
+    const w = weight ? readContig(weight) : null;
+    const b = bias ? readContig(bias) : null;
+    const [o, commit] = outArray(out);
+    const m = mean.storage.data as NumArray;
+    const r = rstd.storage.data as NumArray;
+    for (let i = 0; i < rows; i++) {
+      const base = i * D;
+      let mu = 0;
+      for (let j = 0; j < D; j++) mu += a[base + j]!;
+      mu /= D;
+      let v = 0;
+      for (let j = 0; j < D; j++) v += (a[base + j]! - mu) ** 2;
+      const rs = 1 / Math.sqrt(v / D + eps);
+      m[mean.offset + i] = mu;
+      r[rstd.offset + i] = rs;
+      for (let j = 0; j < D; j++) {
+        let y = (a[base + j]! - mu) * rs;
+        if (w) y *= w[j]!;
+        if (b) y += b[j]!;
+        o[base + j] = y;
+      }
+    }
+    commit();
+  }
 }

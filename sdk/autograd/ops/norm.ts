@@ -1,0 +1,72 @@
+/**
+ * Layer normalisation as one op: the forward runs the backend's fused kernel
+ * (mean and 1/std saved per row), the backward is the closed form
+ *
+ *   x̂ = (x − μ)·r,  gŵ = g·w,
+ *   dx = r · (gŵ − mean(gŵ) − x̂ · mean(gŵ · x̂)),  dw = Σ g·x̂,  db = Σ g
+ *
+ * with means over the normalised elements and sums over the rows. Callers
+ * (nn.functional.layerNorm) check shapes first.
+ */
+import { getBackend } from "../../tensor/backend/registry.js";
+import * as raw from "../../tensor/raw.js";
+import { contiguousStrides } from "../../tensor/shape.js";
+import type { Tensor } from "../../tensor/tensor.js";
+import { record } from "../function.js";
+
+function rowsView(t: Tensor, rows: number, d: number): Tensor {
+  return raw.asStrided(t, [rows, d], [d, 1], t.offset);
+}
+
+/** Normalises over the trailing `normalizedNumel` elements of x (weight/bias have that many elements). */
+export function layerNorm(
+  x: Tensor,
+  normalizedNumel: number,
+  weight: Tensor | null,
+  bias: Tensor | null,
+  eps: number,
+): Tensor {
+  const d = normalizedNumel;
+  const rows = d === 0 ? 0 : x.numel() / d;
+  const xc = raw.contiguous(x);
+  const x2 = rowsView(xc, rows, d);
+  const flat = (t: Tensor | null) => (t ? rowsView(raw.cast(raw.contiguous(t), x.dtype), 1, d) : null);
+  const w = flat(weight);
+  const b = flat(bias);
+  const out = raw.empty([rows, d], x.dtype);
+  const mean = raw.empty([rows, 1], x.dtype);
+  const rstd = raw.empty([rows, 1], x.dtype);
+  getBackend().layerNorm(
+    x2,
+    w && raw.asStrided(w, [d], [1], w.offset),
+    b && raw.asStrided(b, [d], [1], b.offset),
+    eps,
+    out,
+    mean,
+    rstd,
+  );
+  const y = raw.asStrided(out, x.shape, contiguousStrides(x.shape), 0);
+  return record(
+    "NativeLayerNormBackward0",
+    y,
+    [x, weight, bias],
+    (g, needs) => {
+      const g2 = rowsView(raw.contiguous(g), rows, d);
+      const xhat = raw.binary("mul", raw.binary("sub", x2, mean), rstd);
+      let gx: Tensor | null = null;
+      if (needs[0]) {
+        const gh = w ? raw.binary("mul", g2, w) : g2;
+        const m1 = raw.binary("div", raw.reduce("sum", gh, [1], true), d);
+        const m2 = raw.binary("div", raw.reduce("sum", raw.binary("mul", gh, xhat), [1], true), d);
+        const dx = raw.binary("mul", raw.binary("sub", raw.binary("sub", gh, m1), raw.binary("mul", xhat, m2)), rstd);
+        gx = raw.asStrided(dx, x.shape, contiguousStrides(x.shape), 0);
+      }
+      const gw = needs[1] && weight ? raw.reduce("sum", raw.binary("mul", g2, xhat), [0], false) : null;
+      const gb = needs[2] && bias ? raw.reduce("sum", g2, [0], false) : null;
+      const shaped = (t: Tensor | null, like: Tensor | null) =>
+        t && like ? raw.asStrided(raw.cast(t, like.dtype), like.shape, contiguousStrides(like.shape), 0) : null;
+      return [gx, shaped(gw, weight), shaped(gb, bias)];
+    },
+    [x, ...(weight ? [weight] : [])],
+  );
+}
