@@ -48,3 +48,50 @@ export class NativeError extends TprpcError {
     super(message);
   }
 }
+
+/** A call that did not complete within its timeout. */
+export class RpcTimeoutError extends RpcError {
+  constructor(
+    message: string,
+    readonly timeoutMs: number,
+  ) {
+    super(message);
+  }
+}
+
+/** An error raised by the callee, carried back with its worker, name and stack. */
+export class RemoteError extends RpcError {
+  constructor(
+    message: string,
+    /** The worker the error happened on. */
+    readonly workerName: string,
+    /** The remote error's class name (e.g. "TypeError", "ShapeError"). */
+    readonly remoteName: string,
+    /** The remote stack trace, as text. */
+    readonly remoteStack: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The peer is gone (died, left the group, or its connection broke). */
+export class WorkerUnavailableError extends RpcError {
+  constructor(
+    message: string,
+    readonly workerName: string,
+  ) {
+    super(message);
+  }
+}
+
+/** A peer did not prove knowledge of the group's secret (or we could not prove ours). */
+export class AuthenticationError extends RpcError {}
+
+/** A malformed, oversized or unexpected frame; the connection it came on is closed. */
+export class ProtocolError extends RpcError {}
+
+/** A channel or transport that cannot run on this machine or between these peers. */
+export class ChannelNotViableError extends RpcError {}
+
+/** The RPC API was used before initRpc or after shutdown. */
+export class RpcNotInitializedError extends RpcError {}
