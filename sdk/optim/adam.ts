@@ -66,18 +66,23 @@ export function adamUpdate(
   p.addcdiv_(expAvg, denom, -stepSize);
 }
 
+/** Adam's and AdamW's defaults (they differ only in weight decay), validated. */
+export function adamDefaults(options: Partial<AdamOptions>, weightDecay: number): AdamOptions {
+  const defaults: AdamOptions = {
+    lr: options.lr ?? 1e-3,
+    betas: options.betas ?? [0.9, 0.999],
+    eps: options.eps ?? 1e-8,
+    weightDecay: options.weightDecay ?? weightDecay,
+    amsgrad: options.amsgrad ?? false,
+    maximize: options.maximize ?? false,
+  };
+  checkAdamOptions(defaults);
+  return defaults;
+}
+
 export class Adam extends Optimizer<AdamOptions> {
   constructor(params: ParamsInput<AdamOptions>, options: Partial<AdamOptions> = {}) {
-    const defaults: AdamOptions = {
-      lr: options.lr ?? 1e-3,
-      betas: options.betas ?? [0.9, 0.999],
-      eps: options.eps ?? 1e-8,
-      weightDecay: options.weightDecay ?? 0,
-      amsgrad: options.amsgrad ?? false,
-      maximize: options.maximize ?? false,
-    };
-    checkAdamOptions(defaults);
-    super(params, defaults);
+    super(params, adamDefaults(options, 0));
   }
 
   protected override validateGroup(group: ParamGroup<AdamOptions>): void {

@@ -7,22 +7,13 @@
  *   const opt = new optim.AdamW(params, { lr: 3e-4, weightDecay: 0.1 });
  */
 import { Optimizer, type ParamGroup, type ParamsInput } from "./optimizer.js";
-import { type AdamOptions, adamUpdate, checkAdamOptions } from "./adam.js";
+import { type AdamOptions, adamDefaults, adamUpdate, checkAdamOptions } from "./adam.js";
 
 export type AdamWOptions = AdamOptions;
 
 export class AdamW extends Optimizer<AdamWOptions> {
   constructor(params: ParamsInput<AdamWOptions>, options: Partial<AdamWOptions> = {}) {
-    const defaults: AdamWOptions = {
-      lr: options.lr ?? 1e-3,
-      betas: options.betas ?? [0.9, 0.999],
-      eps: options.eps ?? 1e-8,
-      weightDecay: options.weightDecay ?? 1e-2,
-      amsgrad: options.amsgrad ?? false,
-      maximize: options.maximize ?? false,
-    };
-    checkAdamOptions(defaults);
-    super(params, defaults);
+    super(params, adamDefaults(options, 1e-2));
   }
 
   protected override validateGroup(group: ParamGroup<AdamWOptions>): void {
