@@ -40,11 +40,10 @@ function readExact(sock: Duplex, n: number, deadline: number, buffered: Buffer[]
       if (err) return reject(err);
       const all = Buffer.concat(buffered);
       buffered.length = 0;
-      if (all.length > n) {
-        // NB: bytes past the handshake belong to the transport; give them back.
-        sock.pause();
-        sock.unshift(all.subarray(n));
-      }
+      // NB: pause so no byte is emitted before the next reader attaches (a flowing stream with no
+      // 'data' listener drops data); bytes past the handshake belong to the transport: give them back.
+      sock.pause();
+      if (all.length > n) sock.unshift(all.subarray(n));
       resolve(all.subarray(0, n));
     };
     const onData = (chunk: Buffer) => {

@@ -1,0 +1,166 @@
+/**
+ * The TCP transport (Node's net): always viable. Sockets get TCP_NODELAY
+ * (small RPCs must not wait for Nagle) and keep-alive (a silent dead host is
+ * noticed), and every connection is authenticated (../auth.ts) before its
+ * first byte reaches the pipe.
+ */
+import net from "node:net";
+import { AuthenticationError, WorkerUnavailableError } from "../../errors/index.js";
+import { debug } from "../../util/index.js";
+import { authenticateAsClient, authenticateAsServer } from "../auth.js";
+import type { Transport, TransportConnection, TransportListener } from "../interface.js";
+
+const AUTH_TIMEOUT_MS = 10_000;
+
+class TcpConnection implements TransportConnection {
+  closed = false;
+  private dataCb: ((chunk: Uint8Array) => void) | null = null;
+  private closeCbs: ((error: Error | null) => void)[] = [];
+  private pending: Uint8Array[] = [];
+  private endError: Error | null = null;
+  private ended = false;
+
+  constructor(
+    private readonly sock: net.Socket,
+    readonly remote: string,
+  ) {
+    sock.setNoDelay(true);
+    sock.setKeepAlive(true, 5_000);
+    sock.on("data", (d: Buffer) => {
+      if (this.dataCb) this.dataCb(d);
+      else this.pending.push(d);
+    });
+    sock.on("error", (e) => {
+      this.endError ??= e;
+    });
+    sock.on("close", () =>
+      this.finish(this.closed ? null : (this.endError ?? new Error("connection closed by the peer"))),
+    );
+    sock.resume();
+  }
+
+  private finish(error: Error | null): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.closed = true;
+    for (const cb of this.closeCbs.splice(0)) cb(error);
+  }
+
+  write(chunks: readonly Uint8Array[]): Promise<void> {
+    if (this.closed)
+      return Promise.reject(new WorkerUnavailableError(`connection to ${this.remote} is closed`, this.remote));
+    return new Promise((resolve, reject) => {
+      let ok = true;
+      for (const c of chunks) ok = this.sock.write(c) && ok;
+      const done = (e?: Error | null) => (e ? reject(e) : resolve());
+      if (ok) {
+        // NB: resolve after the data is queued to the kernel, in order, via an empty write's callback.
+        this.sock.write(new Uint8Array(0), done);
+      } else {
+        this.sock.once("drain", () => resolve());
+        this.sock.once("close", () =>
+          reject(new WorkerUnavailableError(`connection to ${this.remote} closed while writing`, this.remote)),
+        );
+      }
+    });
+  }
+
+  onData(cb: (chunk: Uint8Array) => void): void {
+    this.dataCb = cb;
+    for (const d of this.pending.splice(0)) cb(d);
+  }
+
+  onClose(cb: (error: Error | null) => void): void {
+    if (this.ended) cb(this.closed && !this.endError ? null : this.endError);
+    else this.closeCbs.push(cb);
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.sock.destroy();
+  }
+}
+
+class TcpListener implements TransportListener {
+  private connCb: ((c: TransportConnection) => void) | null = null;
+  private refusedCb: (remote: string, error: Error) => void = (remote, e) =>
+    debug(1, "tcp", `refused ${remote}: ${e.message}`);
+  private readonly sockets = new Set<net.Socket>();
+
+  constructor(
+    private readonly server: net.Server,
+    readonly address: { host: string; port: number },
+    secret: string | Buffer,
+  ) {
+    server.on("connection", (sock) => {
+      this.sockets.add(sock);
+      sock.once("close", () => this.sockets.delete(sock));
+      const remote = `tcp://${sock.remoteAddress}:${sock.remotePort}`;
+      authenticateAsServer(sock, secret, AUTH_TIMEOUT_MS).then(
+        () => {
+          const conn = new TcpConnection(sock, remote);
+          if (this.connCb) this.connCb(conn);
+          else conn.close();
+        },
+        (e: Error) => this.refusedCb(remote, e),
+      );
+    });
+  }
+
+  onConnection(cb: (conn: TransportConnection) => void): void {
+    this.connCb = cb;
+  }
+
+  onRefused(cb: (remote: string, error: Error) => void): void {
+    this.refusedCb = cb;
+  }
+
+  close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    return new Promise((resolve) => this.server.close(() => resolve()));
+  }
+}
+
+export const tcpTransport: Transport = {
+  name: "tcp",
+  isViable: () => true,
+
+  async listen({ host, port, secret }) {
+    const server = net.createServer({ pauseOnConnect: true });
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(port, host, () => {
+        server.off("error", reject);
+        resolve();
+      });
+    });
+    const addr = server.address() as net.AddressInfo;
+    return new TcpListener(server, { host, port: addr.port }, secret);
+  },
+
+  async connect({ host, port, secret, timeoutMs = AUTH_TIMEOUT_MS }) {
+    const remote = `tcp://${host}:${port}`;
+    const sock = await new Promise<net.Socket>((resolve, reject) => {
+      const s = net.connect({ host, port });
+      const timer = setTimeout(() => {
+        s.destroy();
+        reject(new WorkerUnavailableError(`could not connect to ${remote} within ${timeoutMs} ms`, remote));
+      }, timeoutMs);
+      s.once("connect", () => {
+        clearTimeout(timer);
+        resolve(s);
+      });
+      s.once("error", (e) => {
+        clearTimeout(timer);
+        reject(new WorkerUnavailableError(`could not connect to ${remote}: ${e.message}`, remote));
+      });
+    });
+    try {
+      await authenticateAsClient(sock, secret, timeoutMs);
+    } catch (e) {
+      throw e instanceof AuthenticationError ? e : new AuthenticationError(String(e));
+    }
+    return new TcpConnection(sock, remote);
+  },
+};
