@@ -8,7 +8,7 @@
  *   world_size        the group's worldSize, or "dynamic"; the first worker sets it, the rest must agree
  *   rank/<rank>       {name, token}: claims the rank
  *   worker/<name>     {name, id, host, port, token}: claims the name; watched for joins and leaves
- *   joined, complete  static barrier: counter of registrations; set by the last one
+ *   complete          static groups: set by the worker whose registration completed the world
  *
  * Steps:
  * 1. agree on world_size (compareSet; a mismatch is a ValueError naming both values);
@@ -17,7 +17,9 @@
  * 4. claim worker/<name> the same way: taken → release our rank claim, ValueError naming the holder.
  *    NB: the random token makes a claim ours alone, so a second worker with our
  *    name and rank can neither pass as us nor remove our keys;
- * 5. static: add(joined); the worldSize-th sets complete; all wait for complete (bounded);
+ * 5. static: whoever then finds every rank/<r> present sets complete (the last to register
+ *    always does: the store serves requests in order); all wait for it, bounded. On a timeout
+ *    the worker releases its claims, so it can retry;
  * 6. list(worker/) is the membership; later watch events (they arrive after the
  *    list reply on the same connection) become onJoin / onLeave.
  */
@@ -171,13 +173,17 @@ export async function rendezvous(store: StoreClient, opts: RendezvousOptions): P
   }
 
   if (worldSize !== undefined) {
-    const n = await store.add(`${p}joined`, 1);
-    if (n === worldSize) await store.set(`${p}complete`, "1");
+    const ranks = [...Array(worldSize).keys()].map((r) => `${p}rank/${r}`);
+    if (await store.check(ranks)) await store.set(`${p}complete`, "1");
     try {
       await store.get(`${p}complete`, timeoutMs);
     } catch (e) {
-      if (!(e instanceof RpcTimeoutError)) throw e;
+      if (!(e instanceof RpcTimeoutError)) {
+        await m.leave().catch(() => {});
+        throw e;
+      }
       const have = new Set([...(await store.list(`${p}rank/`)).keys()].map((k) => Number(k.slice(p.length + 5))));
+      await m.leave().catch(() => {});
       const missing = [...Array(worldSize).keys()].filter((r) => !have.has(r));
       throw new RpcTimeoutError(
         `rendezvous timed out after ${timeoutMs} ms: ${have.size} of ${worldSize} workers registered, ` +
