@@ -1,0 +1,183 @@
+/**
+ * encodeMessage / decodeMessage: one RPC message <-> header, payload and out-of-band buffers.
+ *
+ * Sending (the pipe writes `[header, payload, ...buffers]` in that order on a stream):
+ * 1. The payload value is packed with msgpackr; Tensors and Errors inside it (and the
+ *    types the rpc layer registered) become extension values, and tensor bytes are
+ *    appended to `buffers` — never copied into the payload.
+ * 2. The header carries type, flags, id, the payload length and one descriptor per buffer.
+ * Receiving (decodeMessage, or decodeFrame on what FrameReader emits):
+ * 1. The header and buffer table are checked against the limits; the payload and
+ *    buffers must have exactly the announced sizes.
+ * 2. The payload is scanned before msgpackr sees it (./scan.ts: depth, extension
+ *    allow-list, `__proto__` keys), then unpacked; tensors are rebuilt over the buffers.
+ * Any violation is a ProtocolError; the caller closes the pipe it came on.
+ */
+import { ProtocolError, ValueError } from "../errors/index.js";
+import { Device } from "../tensor/device.js";
+import type { Tensor } from "../tensor/tensor.js";
+import {
+  type BufferDescriptor,
+  DeviceKind,
+  type FrameHeader,
+  type FrameLimits,
+  HEADER_BYTES,
+  type MessageType,
+  encodeHeader,
+  isMessageType,
+  parseBufferTable,
+  parseHeader,
+  resolveLimits,
+} from "./header.js";
+import {
+  type WireDecodeContext,
+  type WireEncodeContext,
+  isWireTag,
+  packr,
+  withDecodeContext,
+  withEncodeContext,
+} from "./registry.js";
+import { scanPayload } from "./scan.js";
+import "./tensor.js";
+import "./error.js";
+
+export interface Message {
+  type: MessageType;
+  /** A non-negative safe integer; replies carry their request's id. */
+  id: number;
+  /** 16 bits, opaque to the wire layer (default 0). */
+  flags?: number;
+  payload: unknown;
+}
+
+export interface DecodedMessage {
+  type: MessageType;
+  id: number;
+  flags: number;
+  payload: unknown;
+  /** The tensors rebuilt from the buffers, in payload order. */
+  tensors: Tensor[];
+}
+
+export interface EncodedMessage {
+  /** Fixed header and buffer table. */
+  header: Buffer;
+  /** The msgpack payload. */
+  payload: Buffer;
+  /** Out-of-band bytes, in buffer-table order. NB: zero-copy windows on tensor storages: don't write to the tensors until they are sent. */
+  buffers: Uint8Array[];
+  /** Their descriptors (as in the header's table). */
+  descriptors: BufferDescriptor[];
+  /** The tensors encoded, in payload order. */
+  tensors: Tensor[];
+}
+
+export interface EncodeOptions {
+  /** Payloads larger than this are refused here, before the peer refuses them (default 64 MiB). */
+  maxPayloadBytes?: number;
+  /** Passed to wire types as ctx.user. */
+  user?: unknown;
+}
+
+export interface DecodeOptions extends FrameLimits {
+  /** Deepest nesting of arrays, maps and extension values in a payload (default 64). */
+  maxDepth?: number;
+  /** Maps a sender's device string to a local device (deviceMaps); default Device.parse. */
+  mapDevice?: (remote: string) => Device;
+  /** Passed to wire types as ctx.user. */
+  user?: unknown;
+}
+
+/** A frame as FrameReader emits it: checked header, payload and buffers, not yet decoded. */
+export interface Frame {
+  header: FrameHeader;
+  descriptors: BufferDescriptor[];
+  payload: Uint8Array;
+  buffers: Uint8Array[];
+}
+
+export const DEFAULT_MAX_DEPTH = 64;
+
+export function encodeMessage(msg: Message, opts: EncodeOptions = {}): EncodedMessage {
+  const flags = msg.flags ?? 0;
+  if (!isMessageType(msg.type)) throw new ValueError(`encodeMessage(): unknown message type ${String(msg.type)}`);
+  if (!Number.isSafeInteger(msg.id) || msg.id < 0)
+    throw new ValueError(`encodeMessage(): id must be a non-negative safe integer, got ${msg.id}`);
+  if (!Number.isInteger(flags) || flags < 0 || flags > 0xffff)
+    throw new ValueError(`encodeMessage(): flags must fit in 16 bits, got ${flags}`);
+  const buffers: Uint8Array[] = [];
+  const descriptors: BufferDescriptor[] = [];
+  const ctx: WireEncodeContext = {
+    tensors: [],
+    user: opts.user,
+    addBuffer(bytes: Uint8Array, device: Device): number {
+      buffers.push(bytes);
+      descriptors.push({
+        byteLength: bytes.byteLength,
+        deviceType: device.type === "cuda" ? DeviceKind.CUDA : DeviceKind.CPU,
+        deviceIndex: device.type === "cuda" ? device.index : 0,
+        channel: 0,
+      });
+      return buffers.length - 1;
+    },
+  };
+  const payload = withEncodeContext(ctx, () => packr.pack(msg.payload));
+  const max = opts.maxPayloadBytes ?? resolveLimits(undefined).maxPayloadBytes;
+  if (payload.byteLength > max)
+    throw new ValueError(
+      `encodeMessage(): the structured payload is ${payload.byteLength} bytes, over the ${max}-byte limit; ` +
+        "pass large data as tensors, which travel out of band",
+    );
+  const header = encodeHeader(
+    { type: msg.type, flags, id: msg.id, payloadBytes: payload.byteLength, bufferCount: buffers.length },
+    descriptors,
+  );
+  return { header, payload, buffers, descriptors, tensors: ctx.tensors };
+}
+
+/** Decodes a whole frame given as its three parts (header includes the buffer table). */
+export function decodeMessage(
+  header: Uint8Array,
+  payload: Uint8Array,
+  buffers: readonly Uint8Array[],
+  opts: DecodeOptions = {},
+): DecodedMessage {
+  const limits = resolveLimits(opts);
+  const h = parseHeader(header, limits);
+  const table = header.subarray(HEADER_BYTES);
+  const descriptors = parseBufferTable(table, h.bufferCount, limits);
+  if (table.byteLength !== descriptors.length * 16)
+    throw new ProtocolError(`bad frame: ${table.byteLength - descriptors.length * 16} bytes after the buffer table`);
+  return decodeFrame({ header: h, descriptors, payload, buffers: [...buffers] }, opts);
+}
+
+/** Decodes a frame whose header was already parsed (what FrameReader emits). */
+export function decodeFrame(frame: Frame, opts: DecodeOptions = {}): DecodedMessage {
+  const { header: h, descriptors, payload, buffers } = frame;
+  if (payload.byteLength !== h.payloadBytes)
+    throw new ProtocolError(`bad frame: payload is ${payload.byteLength} bytes, header says ${h.payloadBytes}`);
+  if (buffers.length !== descriptors.length)
+    throw new ProtocolError(`bad frame: ${buffers.length} buffers, header says ${descriptors.length}`);
+  buffers.forEach((b, i) => {
+    if (b.byteLength !== descriptors[i]!.byteLength)
+      throw new ProtocolError(
+        `bad frame: buffer ${i} is ${b.byteLength} bytes, header says ${descriptors[i]!.byteLength}`,
+      );
+  });
+  scanPayload(payload, opts.maxDepth ?? DEFAULT_MAX_DEPTH, isWireTag);
+  const ctx: WireDecodeContext = {
+    buffers,
+    descriptors,
+    tensors: [],
+    user: opts.user,
+    mapDevice: opts.mapDevice ?? ((s: string) => Device.parse(s)),
+  };
+  let value: unknown;
+  try {
+    value = withDecodeContext(ctx, () => packr.unpack(payload));
+  } catch (e) {
+    if (e instanceof ProtocolError) throw e;
+    throw new ProtocolError(`bad payload: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  return { type: h.type, id: h.id, flags: h.flags, payload: value, tensors: ctx.tensors };
+}
