@@ -30,6 +30,7 @@ function sample(dtype: DType): Tensor {
 describe("wire codec", () => {
   it("round-trips header fields and nested plain payloads", () => {
     const payload = {
+      f: [2 ** 40, -(2 ** 40), 2 ** 53 - 1, -0.5, Number.NaN],
       a: [1, 2.5, "x", null, true, { deep: [[["y"]]] }],
       n: -7,
       big: 2n ** 80n,
@@ -43,6 +44,7 @@ describe("wire codec", () => {
     expect(back.flags).toBe(0xbeef);
     expect(back.payload).toEqual(payload);
     expect((back.payload as { big: bigint }).big).toBe(2n ** 80n);
+    expect(typeof (back.payload as { f: unknown[] }).f[0]).toBe("number");
     expect((back.payload as { i64: bigint }).i64).toBe(-(2n ** 62n));
   });
 
