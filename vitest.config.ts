@@ -6,6 +6,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: "forks",
+    globalSetup: ["test/global-setup.ts"],
     // NB: route every size to the native kernels, so the suites run per backend really test them.
     env: { TPRPC_NATIVE_MIN_NUMEL: "0" },
   },

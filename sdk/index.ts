@@ -4,6 +4,8 @@
  *   import { tensor, randn, manualSeed, noGrad, nn, optim } from "tprpc";
  */
 import "./autograd/methods.js";
+import * as self from "./index.js";
+import { setSdkNamespace } from "./rpc/api.js";
 import { loadNative } from "./native/binding.js";
 import { NativeBackend } from "./tensor/backend/native/index.js";
 import { registerBackend } from "./tensor/backend/registry.js";
@@ -155,3 +157,8 @@ export * as optim from "./optim/index.js";
 
 export * from "./errors/index.js";
 export * as nn from "./nn/index.js";
+
+export * as rpc from "./rpc/api.js";
+
+// Shipped code runs against this namespace on the callee (as `tprpc` and by its export names).
+setSdkNamespace(self);

@@ -1,0 +1,124 @@
+/**
+ * The public RPC API (`rpc` in "tprpc"), a camelCase mirror of
+ * torch.distributed.rpc:
+ *
+ *   await rpc.initRpc("master", { rank: 0, worldSize: 3, initMethod: "tcp://127.0.0.1:29500" });
+ *   const y = await rpc.rpcSync("worker1", tprpc.add, [x, 1]);
+ *   const f = rpc.rpcAsync("worker1", (a, b) => a.matmul(b), [x, w], { timeoutMs: 5_000 });
+ *   await rpc.shutdown();   // graceful; initRpc may be called again afterwards
+ *
+ * rpcSync and rpcAsync both return a Promise: JS cannot block, so "sync"
+ * means "await me now" and "async" means "a future you keep".
+ */
+import { RpcError, RpcNotInitializedError } from "../errors/index.js";
+import { Agent, type CallOptions } from "./agent.js";
+import { parseInitOptions, type RendezvousInitOptions, type WorkerInfo } from "./rendezvous/index.js";
+
+export type { CallOptions, WorkerInfo };
+
+export interface InitRpcOptions extends RendezvousInitOptions {}
+
+export interface ShutdownOptions {
+  /** Wait for outstanding work on every worker first (default true). */
+  graceful?: boolean;
+  /** Upper bound on the whole shutdown, ms (default 60 000). */
+  timeoutMs?: number;
+}
+
+let agent: Agent | null = null;
+let starting: Promise<void> | null = null;
+let sdk: Readonly<Record<string, unknown>> = {};
+
+/** @internal sdk/index.ts hands over the SDK namespace shipped code runs against. */
+export function setSdkNamespace(ns: Readonly<Record<string, unknown>>): void {
+  sdk = ns;
+}
+
+function current(): Agent {
+  if (!agent) throw new RpcNotInitializedError("RPC has not been initialized. Call rpc.initRpc first.");
+  return agent;
+}
+
+/** Joins (or, as rank 0, hosts) the group. Resolves once every worker of a static group has joined. */
+export async function initRpc(name: string, options: InitRpcOptions = {}): Promise<void> {
+  if (agent || starting)
+    throw new RpcError(
+      `RPC is already initialized (as "${agent?.name ?? "…"}"); call await rpc.shutdown() before initRpc again`,
+    );
+  const config = parseInitOptions(name, options);
+  // NB: a generated secret must reach the workers this process starts (the local launcher reads it).
+  if (config.secretGenerated) process.env.TPRPC_SECRET = config.secret;
+  starting = Agent.start(config, sdk).then((a) => {
+    for (const [n, v] of pendingRegistrations) a.registry.register(n, v, { replace: true });
+    agent = a;
+  });
+  try {
+    await starting;
+  } finally {
+    starting = null;
+  }
+}
+
+/** Calls `target(...args)` on worker `to` and resolves to its value (RemoteError / RpcTimeoutError otherwise). */
+export function rpcSync<T = unknown>(
+  to: string,
+  target: unknown,
+  args: readonly unknown[] = [],
+  opts: CallOptions = {},
+): Promise<T> {
+  try {
+    return current().call(to, target, args, opts) as Promise<T>;
+  } catch (e) {
+    return Promise.reject(e);
+  }
+}
+
+/** As rpcSync; the returned Promise is the Future. */
+export function rpcAsync<T = unknown>(
+  to: string,
+  target: unknown,
+  args: readonly unknown[] = [],
+  opts: CallOptions = {},
+): Promise<T> {
+  return rpcSync<T>(to, target, args, opts);
+}
+
+/** Makes `value` callable by name from other workers (register it on every worker that runs it). */
+export function register(name: string, value: unknown): void {
+  pendingRegistrations.set(name, value);
+  agent?.registry.register(name, value, { replace: true });
+}
+
+// NB: registrations made before initRpc apply to every agent this process starts.
+const pendingRegistrations = new Map<string, unknown>();
+
+/** This worker's info, or another worker's by name. */
+export function getWorkerInfo(name?: string): WorkerInfo {
+  return current().workerInfo(name);
+}
+
+/** Every current member of the group, ordered by rank. */
+export function workers(): WorkerInfo[] {
+  return current().membership.workers;
+}
+
+/** Leaves the group; graceful by default. initRpc may be called again afterwards. */
+export async function shutdown(opts: ShutdownOptions = {}): Promise<void> {
+  const a = agent;
+  if (!a) return;
+  try {
+    await a.shutdown(opts.graceful ?? true, opts.timeoutMs ?? 60_000);
+  } finally {
+    agent = null;
+  }
+}
+
+/** @internal for the agent: the registrations made so far. */
+export function registrations(): ReadonlyMap<string, unknown> {
+  return pendingRegistrations;
+}
+
+/** @internal the worker-side loop used by `tprpc worker`: exits when the master's store goes away. */
+export function currentAgent(): Agent | null {
+  return agent;
+}
