@@ -1,0 +1,272 @@
+/**
+ * Starts N local worker processes for a master (rank 0) in this process and
+ * tracks them so none outlives it — what a notebook's
+ * `tprpc.cluster.start({ workers: 2 })` builds on:
+ *
+ *   const cluster = await startLocalWorkers({ workers: 2 });
+ *   await rpc.initRpc("master", cluster.initOptions);   // rank 0, worldSize 3, initMethod, secret
+ *   await rpc.rpcSync("worker1", tprpc.add, [x, 1]);
+ *   await rpc.shutdown();                                // the workers leave and exit 0
+ *   await cluster.close();                               // kills any worker still running
+ *
+ * Each worker is `node bin/tprpc.mjs worker --name workerK --rank K --world-size N+1
+ * --init-method tcp://…` with TPRPC_SECRET in its env. How none is ever orphaned:
+ * 1. `cluster.close()` sends SIGTERM, then SIGKILL after a grace period, and awaits every exit.
+ * 2. This process's 'exit' kills the workers still running (synchronously, SIGKILL).
+ * 3. SIGTERM / SIGHUP to this process kill the workers, then take their default course
+ *    (terminate) unless someone else listens for them.
+ * 4. A worker exits by itself when the master's store connection breaks (bin/tprpc.mjs), and,
+ *    before it has joined, when its stdin pipe from this process closes (a watchdog preloaded
+ *    with --import): so even a SIGKILLed master leaves no workers behind.
+ * Workers ignore SIGINT (a notebook's interrupt reaches the kernel's whole process group).
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { ValueError } from "../errors/index.js";
+import { generateSecret } from "../transport/auth.js";
+import { debug } from "../util/index.js";
+
+/** Where a worker's output goes: "forward" (default) prefixes each line with the worker's name. */
+export type WorkerStdio = "forward" | "inherit" | "ignore" | "pipe";
+
+export interface LocalWorkersOptions {
+  /** How many workers (named worker1 … workerN), or their names; ranks 1 … N in that order. */
+  workers: number | readonly string[];
+  /** The store's address, "tcp://host:port"; default: a free port on 127.0.0.1. */
+  initMethod?: string;
+  /** The group secret; default: env TPRPC_SECRET, else a generated one. */
+  secret?: string;
+  /** Extra env variables for the workers (over this process's env). */
+  env?: Readonly<Record<string, string | undefined>>;
+  cwd?: string;
+  /** Extra node flags for the workers, e.g. ["--max-old-space-size=8192"]. */
+  nodeArgs?: readonly string[];
+  /** Default "forward": each output line goes to `onOutput`, or to this process's stream as "[workerK] line". */
+  stdio?: WorkerStdio;
+  /** With stdio "forward": receives each line instead of this process's stdout / stderr. */
+  onOutput?: (worker: string, stream: "stdout" | "stderr", line: string) => void;
+  /** close(): ms between SIGTERM and SIGKILL (default 3 000). */
+  closeGraceMs?: number;
+}
+
+/** How a worker process ended. */
+export interface WorkerExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+export interface LocalWorker {
+  readonly name: string;
+  readonly rank: number;
+  readonly pid: number;
+  /** The child process (its stdout / stderr are readable with stdio "pipe"). */
+  readonly process: ChildProcess;
+  /** Resolves when the process has exited. */
+  readonly exited: Promise<WorkerExit>;
+}
+
+/** What rank 0 passes to rpc.initRpc to join the workers. */
+export interface LocalInitOptions {
+  rank: 0;
+  worldSize: number;
+  initMethod: string;
+  secret: string;
+}
+
+export interface LocalCluster {
+  readonly initMethod: string;
+  /** Workers plus the master. */
+  readonly worldSize: number;
+  readonly secret: string;
+  readonly workers: readonly LocalWorker[];
+  /** Ready for `rpc.initRpc(name, cluster.initOptions)`. */
+  readonly initOptions: LocalInitOptions;
+  /** Kills the workers still running (SIGTERM, then SIGKILL after the grace period) and awaits their exit. Idempotent. */
+  close(opts?: { graceMs?: number }): Promise<void>;
+}
+
+/** Every worker started here and not yet exited, for the exit and signal hooks. */
+const live = new Set<ChildProcess>();
+const SIGNALS = ["SIGTERM", "SIGHUP"] as const;
+let hooked = false;
+
+function onExit(): void {
+  for (const c of live) c.kill("SIGKILL");
+}
+
+function onSignal(sig: NodeJS.Signals): void {
+  for (const c of live) c.kill("SIGTERM");
+  live.clear();
+  unhook();
+  // NB: our listener replaced the signal's default action; restore it when nobody else handles it.
+  if (process.listenerCount(sig) === 0) process.kill(process.pid, sig);
+}
+
+function hook(): void {
+  if (hooked) return;
+  hooked = true;
+  process.on("exit", onExit);
+  for (const s of SIGNALS) process.on(s, onSignal);
+}
+
+function unhook(): void {
+  if (!hooked) return;
+  hooked = false;
+  process.off("exit", onExit);
+  for (const s of SIGNALS) process.off(s, onSignal);
+}
+
+// NB: preloaded into each worker: its stdin is a pipe from us, so it ends when this process dies,
+// however it dies. unref() keeps the watch from holding the worker's event loop open.
+const WATCHDOG =
+  'data:text/javascript,const s=process.stdin;s.on("end",()=>process.exit(1));s.on("error",()=>process.exit(1));s.resume();s.unref?.();';
+
+/** bin/tprpc.mjs of this package, found by walking up to the package.json named "tprpc". */
+export function workerScript(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const pkg = path.join(dir, "package.json");
+    if (fs.existsSync(pkg)) {
+      try {
+        if ((JSON.parse(fs.readFileSync(pkg, "utf8")) as { name?: string }).name === "tprpc")
+          return path.join(dir, "bin", "tprpc.mjs");
+      } catch {
+        // not ours; keep walking
+      }
+    }
+    const up = path.dirname(dir);
+    if (up === dir) throw new ValueError(`cannot find the tprpc package root above ${import.meta.url}`);
+    dir = up;
+  }
+}
+
+async function freePort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((resolve, reject) => {
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", resolve);
+  });
+  const port = (s.address() as net.AddressInfo).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+/** Calls `emit` once per complete line of `stream` (and for a last unterminated line at its end). */
+function forwardLines(stream: NodeJS.ReadableStream, emit: (line: string) => void): void {
+  let rest = "";
+  stream.setEncoding("utf8");
+  stream.on("data", (chunk: string) => {
+    const lines = (rest + chunk).split("\n");
+    rest = lines.pop()!;
+    for (const l of lines) emit(l);
+  });
+  stream.on("end", () => {
+    if (rest) emit(rest);
+    rest = "";
+  });
+}
+
+function startWorker(
+  name: string,
+  rank: number,
+  worldSize: number,
+  initMethod: string,
+  o: LocalWorkersOptions,
+  env: NodeJS.ProcessEnv,
+): LocalWorker {
+  const stdio = o.stdio ?? "forward";
+  const out = stdio === "forward" ? "pipe" : stdio;
+  const child = spawn(
+    process.execPath,
+    [
+      ...(o.nodeArgs ?? []),
+      "--import",
+      WATCHDOG,
+      workerScript(),
+      "worker",
+      "--name",
+      name,
+      "--rank",
+      String(rank),
+      "--world-size",
+      String(worldSize),
+      "--init-method",
+      initMethod,
+    ],
+    // NB: not detached: the workers stay in our process group, where a notebook's SIGINT finds and
+    // is ignored by them; stdin is the watchdog's pipe.
+    { env, cwd: o.cwd, stdio: ["pipe", out, out], detached: false },
+  );
+  if (stdio === "forward") {
+    for (const which of ["stdout", "stderr"] as const) {
+      const emit = o.onOutput
+        ? (line: string) => o.onOutput!(name, which, line)
+        : (line: string) => process[which].write(`[${name}] ${line}\n`);
+      forwardLines(child[which]!, emit);
+    }
+  }
+  child.stdin!.on("error", () => undefined); // EPIPE once the worker is gone
+  const exited = new Promise<WorkerExit>((resolve) => {
+    child.once("exit", (code, signal) => {
+      live.delete(child);
+      if (live.size === 0) unhook();
+      debug(1, "launcher", `${name} (pid ${child.pid}) exited: code ${code}, signal ${signal}`);
+      resolve({ code, signal });
+    });
+  });
+  // NB: a failed spawn emits 'error' (and maybe no 'exit'); settle exited either way.
+  child.once("error", (e) => {
+    debug(1, "launcher", `${name} failed to start: ${e.message}`);
+    child.emit("exit", null, null);
+  });
+  if (child.pid !== undefined) {
+    live.add(child);
+    hook();
+  }
+  return { name, rank, pid: child.pid ?? -1, process: child, exited };
+}
+
+/** Starts local workers for a master in this process; see the file's top for the lifecycle. */
+export async function startLocalWorkers(opts: LocalWorkersOptions): Promise<LocalCluster> {
+  if (typeof opts.workers === "number" && (!Number.isInteger(opts.workers) || opts.workers < 0))
+    throw new ValueError(`workers must be a whole number >= 0 or a list of names, got ${opts.workers}`);
+  const names =
+    typeof opts.workers === "number"
+      ? Array.from({ length: opts.workers }, (_, i) => `worker${i + 1}`)
+      : [...opts.workers];
+  if (new Set(names).size !== names.length) throw new ValueError(`worker names must be unique: ${names.join(", ")}`);
+  const initMethod = opts.initMethod ?? `tcp://127.0.0.1:${await freePort()}`;
+  const secret = opts.secret || process.env.TPRPC_SECRET || generateSecret();
+  const worldSize = names.length + 1;
+  const env: NodeJS.ProcessEnv = { ...process.env, ...opts.env, TPRPC_SECRET: secret };
+  const workers = names.map((n, i) => startWorker(n, i + 1, worldSize, initMethod, opts, env));
+
+  let closing: Promise<void> | null = null;
+  const close = (o: { graceMs?: number } = {}): Promise<void> => {
+    closing ??= (async () => {
+      const grace = o.graceMs ?? opts.closeGraceMs ?? 3_000;
+      await Promise.all(
+        workers.map(async (w) => {
+          const c = w.process;
+          if (c.exitCode !== null || c.signalCode !== null || c.pid === undefined) return;
+          c.kill("SIGTERM");
+          const timer = setTimeout(() => c.kill("SIGKILL"), grace);
+          await w.exited;
+          clearTimeout(timer);
+        }),
+      );
+    })();
+    return closing;
+  };
+  return {
+    initMethod,
+    worldSize,
+    secret,
+    workers,
+    initOptions: { rank: 0, worldSize, initMethod, secret },
+    close,
+  };
+}
