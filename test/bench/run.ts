@@ -17,6 +17,9 @@
  *
  * Timing follows /work/shared/bench/common.py: warm-up, then trials of a batch of calls, per-call
  * time = median over trials; torch_ref.py uses the same plan. Run: npm run bench [-- --quick]
+ *
+ * Then the RPC section (test/bench/rpc.ts): tprpc over TCP vs PyTorch RPC between two local
+ * processes. `-- --rpc-only` / `-- --no-rpc` run one section.
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -24,6 +27,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { backend, manualSeed, randn, setNumThreads } from "../../sdk/index.js";
+import { rpcBench } from "./rpc.js";
 
 const QUICK = process.argv.includes("--quick");
 const MATMUL_SIZES = QUICK ? [256, 512] : [256, 512, 1024, 2048];
@@ -287,4 +291,8 @@ function main(): void {
 
 const childAt = process.argv.indexOf("--child");
 if (childAt >= 0) child(process.argv[childAt + 1]!, Number(process.argv[childAt + 2]));
-else main();
+else {
+  // --rpc-only / --no-rpc pick one section; the RPC section (test/bench/rpc.ts) follows the tensor one.
+  if (!process.argv.includes("--rpc-only")) main();
+  if (!process.argv.includes("--no-rpc")) await rpcBench(QUICK);
+}
