@@ -39,6 +39,7 @@ import {
   barrier,
   rendezvous,
 } from "./rendezvous/index.js";
+import { RRef, RRefContext, type RRefHost, setCurrentHost } from "./rref.js";
 import {
   BuiltinIndex,
   Registry,
@@ -81,10 +82,11 @@ class Peer {
   constructor(
     readonly name: string,
     readonly conn: TransportConnection,
+    private readonly rrefs: RRefContext,
     onMessage: (m: DecodedMessage, peer: Peer) => void,
     onDead: (peer: Peer, e: Error | null) => void,
   ) {
-    this.reader = new FrameReader((f) => onMessage(decodeFrame(f), this));
+    this.reader = new FrameReader((f) => onMessage(decodeFrame(f, { user: rrefs }), this));
     conn.onData((chunk) => {
       try {
         this.reader.push(chunk);
@@ -98,13 +100,22 @@ class Peer {
   }
 
   send(type: MessageType, id: number, payload: unknown): Promise<void> {
-    const m = encodeMessage({ type, id, payload });
+    const m = encodeMessage({ type, id, payload }, { user: this.rrefs });
     return this.conn.write([m.header, m.payload, ...m.buffers]);
   }
 }
 
-export class Agent {
+/** The registered target behind RRef proxies: runs `method(...args)` on the owner's value. */
+async function rrefMethodCall(rref: RRef<Record<string, unknown>>, method: string, args: unknown[]): Promise<unknown> {
+  const obj = await rref.toHere();
+  const fn = obj[method];
+  if (typeof fn !== "function") throw new TypeError(`the RRef's value has no method "${method}"`);
+  return (fn as (...a: unknown[]) => unknown).apply(obj, args);
+}
+
+export class Agent implements RRefHost {
   readonly registry = new Registry();
+  readonly rrefs: RRefContext = new RRefContext(() => this);
   private readonly codeCache = new ShippedCodeCache();
   private readonly pending = new Map<number, Pending>();
   private readonly outgoing = new Map<string, Promise<Peer>>();
@@ -121,10 +132,13 @@ export class Agent {
     private readonly storeServer: StoreServer | null,
     readonly membership: Membership,
   ) {
+    this.registry.register("__tprpcRRefCall", rrefMethodCall);
+    setCurrentHost(this);
     listener.onConnection((conn) => {
       const peer = new Peer(
         conn.remote,
         conn,
+        this.rrefs,
         (m, p) => this.onInbound(m, p),
         (p) => this.inbound.delete(p),
       );
@@ -191,17 +205,76 @@ export class Agent {
 
   /** Sends one call and returns its result (a Promise: PyTorch's Future). */
   call(to: string, target: unknown, args: readonly unknown[], opts: CallOptions = {}): Promise<unknown> {
+    return this.request(to, MessageType.REQUEST, target, args, {}, opts.timeoutMs);
+  }
+
+  /** remote(): an RRef at once; the owner runs the call and keeps the value. */
+  remote<T>(to: string, target: unknown, args: readonly unknown[], opts: CallOptions = {}): RRef<T> {
+    this.workerInfo(to);
+    const rrefId = this.rrefs.newId();
+    const fork = this.rrefs.newId();
+    const r = new RRef<T>(undefined as T, { host: this, rrefId, owner: to, fork, confirmed: false });
+    this.rrefs.userCreated(r as RRef<unknown>);
+    this.request(to, MessageType.REMOTE_CALL, target, args, { rrefId, fork }, opts.timeoutMs).then(
+      () => r.confirm(),
+      (e: Error) => debug(1, "rpc", `remote() to ${to} failed: ${e.message}`),
+    );
+    return r;
+  }
+
+  /** RRefHost: the owner's value. */
+  fetch(owner: string, rrefId: string, timeoutMs?: number): Promise<unknown> {
+    return this.request(owner, MessageType.RREF_FETCH, null, [], { rrefId }, timeoutMs);
+  }
+
+  /** RRefHost: proxies (r.rpcSync().method(...)). */
+  callMethod(
+    rref: RRef<unknown>,
+    kind: "sync" | "async" | "remote",
+    method: string,
+    args: unknown[],
+    timeoutMs?: number,
+  ): unknown {
+    const callArgs = [rref, method, args];
+    if (kind === "remote") return this.remote(rref.ownerName(), rrefMethodCall, callArgs, { timeoutMs });
+    return this.call(rref.ownerName(), rrefMethodCall, callArgs, { timeoutMs });
+  }
+
+  /** RRefHost: one-way protocol messages, on our pipe to `to`. */
+  notify(to: string, kind: "forkRequest" | "childAccept" | "userDelete", body: Record<string, string>): Promise<void> {
+    const type =
+      kind === "forkRequest"
+        ? MessageType.RREF_FORK_REQUEST
+        : kind === "childAccept"
+          ? MessageType.RREF_CHILD_ACCEPT
+          : MessageType.RREF_USER_DELETE;
+    if (this.closed) return Promise.resolve();
+    return this.peer(to)
+      .then((p) => p.send(type, 0, { from: this.name, ...body }))
+      .catch((e: Error) => debug(1, "rpc", `could not send ${kind} to ${to}: ${e.message}`));
+  }
+
+  /** A request that expects RESPONSE or ERROR under its id. */
+  private request(
+    to: string,
+    type: MessageType,
+    target: unknown,
+    args: readonly unknown[],
+    extra: Record<string, string>,
+    timeoutMsOpt?: number,
+  ): Promise<unknown> {
     if (this.closed)
       return Promise.reject(new RpcNotInitializedError("RPC has been shut down. Call rpc.initRpc again."));
-    const timeoutMs = opts.timeoutMs ?? this.config.rpcTimeoutMs;
-    let record: TargetRecord;
+    const timeoutMs = timeoutMsOpt ?? this.config.rpcTimeoutMs;
+    let record: TargetRecord | null = null;
     try {
       this.workerInfo(to);
-      record = describeTarget(target as never, {
-        builtins: BuiltinIndex.of(this.sdk),
-        registry: this.registry,
-        scope: (this.sdk.__shippingScope as object | undefined) ?? globalThis,
-      });
+      if (target !== null)
+        record = describeTarget(target as never, {
+          builtins: BuiltinIndex.of(this.sdk),
+          registry: this.registry,
+          scope: (this.sdk.__shippingScope as object | undefined) ?? globalThis,
+        });
     } catch (e) {
       return Promise.reject(e);
     }
@@ -215,16 +288,18 @@ export class Agent {
         }, timeoutMs);
       this.pending.set(id, p);
     });
-    const send = (rec: TargetRecord) =>
+    const send = (rec: TargetRecord | null) =>
       this.peer(to)
-        .then((peer) => peer.send(MessageType.REQUEST, id, { from: this.name, target: rec, args: [...args] }))
+        .then((peer) => peer.send(type, id, { from: this.name, target: rec, args: [...args], ...extra }))
         .catch((e: Error) => this.settle(id, e));
-    const p = this.pending.get(id)!;
-    p.retry = () => {
-      this.codeCache.forgetPeer(to);
-      void send(record);
-    };
-    void send(this.codeCache.outgoing(to, record));
+    if (record) {
+      const full = record;
+      this.pending.get(id)!.retry = () => {
+        this.codeCache.forgetPeer(to);
+        void send(full);
+      };
+      void send(this.codeCache.outgoing(to, full));
+    } else void send(null);
     return done;
   }
 
@@ -249,6 +324,7 @@ export class Agent {
             new Peer(
               name,
               conn,
+              this.rrefs,
               (m) => this.onReply(m, name),
               (peer, e) => this.onPeerDead(peer, e),
             ),
@@ -287,28 +363,61 @@ export class Agent {
     }
   }
 
+  /** Materializes and runs a request's target (classes are constructed, promises awaited). */
+  private async runTarget(req: RequestPayload): Promise<unknown> {
+    const fn = await materializeTarget(req.target, {
+      sdk: this.sdk,
+      registry: this.registry,
+      cache: this.codeCache,
+      peer: req.from,
+      workerName: this.name,
+    });
+    try {
+      return isClass(fn) ? new fn(...req.args) : await (fn as (...a: unknown[]) => unknown)(...req.args);
+    } catch (e) {
+      throw explainReferenceError(e);
+    }
+  }
+
   private onInbound(m: DecodedMessage, peer: Peer): void {
-    if (m.type !== MessageType.REQUEST) return;
-    const req = m.payload as RequestPayload;
+    const body = m.payload as RequestPayload & { rrefId?: string; fork?: string; parent?: string };
+    switch (m.type) {
+      case MessageType.RREF_USER_DELETE:
+        this.rrefs.dropFork(body.rrefId!, body.fork!);
+        return;
+      case MessageType.RREF_CHILD_ACCEPT:
+        this.rrefs.childAccepted(body.fork!);
+        return;
+      case MessageType.RREF_FORK_REQUEST:
+        // the owner registers the child, then lets the parent go
+        if (this.rrefs.addFork(body.rrefId!, body.fork!))
+          void this.notify(body.parent!, "childAccept", { fork: body.fork! });
+        return;
+      case MessageType.REQUEST:
+      case MessageType.REMOTE_CALL:
+      case MessageType.RREF_FETCH:
+        break;
+      default:
+        debug(1, "rpc", `ignoring a message of type ${m.type} from ${body.from}`);
+        return;
+    }
     const work = (async () => {
       try {
-        const fn = await materializeTarget(req.target, {
-          sdk: this.sdk,
-          registry: this.registry,
-          cache: this.codeCache,
-          peer: req.from,
-          workerName: this.name,
-        });
-        let value: unknown;
-        try {
-          value = isClass(fn) ? new fn(...req.args) : await (fn as (...a: unknown[]) => unknown)(...req.args);
-        } catch (e) {
-          throw explainReferenceError(e);
+        let value: unknown = null;
+        if (m.type === MessageType.REQUEST) value = await this.runTarget(body);
+        else if (m.type === MessageType.RREF_FETCH) value = await this.rrefs.valueOf(body.rrefId!);
+        else {
+          // REMOTE_CALL: the owner keeps the value (or its error, for toHere); the reply is the confirmation
+          const made = this.runTarget(body);
+          this.rrefs.own(body.rrefId!, made, body.fork!);
+          const tracked = made.catch(() => undefined);
+          this.running.add(tracked);
+          void tracked.finally(() => this.running.delete(tracked));
         }
         await peer.send(MessageType.RESPONSE, m.id, { value });
       } catch (e) {
         const err = e instanceof Error ? e : new Error(String(e));
-        if (!(err instanceof ShippedCodeMissingError)) debug(2, "rpc", `call from ${req.from} failed: ${err.message}`);
+        if (!(err instanceof ShippedCodeMissingError)) debug(2, "rpc", `call from ${body.from} failed: ${err.message}`);
         await peer.send(MessageType.ERROR, m.id, { error: err }).catch(() => undefined);
       }
     })();
@@ -342,12 +451,36 @@ export class Agent {
           }),
       );
       await Promise.race([Promise.all([...outstanding, ...this.running]), new Promise((r) => setTimeout(r, left()))]);
-      if (!this.membership.dynamic && this.membership.worldSize !== undefined)
-        await barrier(this.store, "shutdown", this.membership.worldSize, left()).catch((e: Error) =>
-          debug(1, "rpc", `shutdown barrier: ${e.message}`),
-        );
+      // As PyTorch's shutdown: (1) every worker reaches shutdown (workers keep serving while they
+      // wait here), (2) each deletes the user RRefs it made at their owners, (3) a second barrier so
+      // nobody closes while deletions are in flight.
+      const group = !this.membership.dynamic && this.membership.worldSize !== undefined;
+      const meet = (name: string) =>
+        group
+          ? barrier(this.store, name, this.membership.worldSize!, left()).then(
+              () => undefined,
+              (e: Error) => debug(1, "rpc", `${name} barrier: ${e.message}`),
+            )
+          : Promise.resolve();
+      await meet("shutdown");
+      await this.rrefs.releaseAll();
+      await Promise.race([Promise.all([...this.running]), new Promise((r) => setTimeout(r, left()))]);
+      await meet("shutdown-rrefs");
+      if (group) {
+        // (4) rank 0 hosts the store: it closes only after every other worker said it is done,
+        // so none of them mistakes the store going away for a dead master.
+        this.closed = true;
+        if (this.config.rank !== 0) await this.store.add("shutdown-done", 1).catch(() => 0);
+        else {
+          const others = this.membership.worldSize! - 1;
+          while (Date.now() < deadline && (await this.store.add("shutdown-done", 0).catch(() => others)) < others)
+            await new Promise((r) => setTimeout(r, 10));
+        }
+      }
     }
+    if (!this.rrefs.closed) void this.rrefs.releaseAll();
     this.closed = true;
+    setCurrentHost(null);
     for (const id of [...this.pending.keys()])
       this.settle(id, new RpcNotInitializedError("RPC was shut down before this call completed"));
     for (const p of this.outgoing.values())

@@ -12,9 +12,11 @@
  */
 import { RpcError, RpcNotInitializedError } from "../errors/index.js";
 import { Agent, type CallOptions } from "./agent.js";
+import { RRef } from "./rref.js";
 import { parseInitOptions, type RendezvousInitOptions, type WorkerInfo } from "./rendezvous/index.js";
 
 export type { CallOptions, WorkerInfo };
+export { RRef };
 
 export interface InitRpcOptions extends RendezvousInitOptions {}
 
@@ -81,6 +83,24 @@ export function rpcAsync<T = unknown>(
   opts: CallOptions = {},
 ): Promise<T> {
   return rpcSync<T>(to, target, args, opts);
+}
+
+/**
+ * Runs `target(...args)` (or `new target(...args)` for a class) on worker `to`
+ * and returns an RRef to the result at once, without waiting for the call.
+ */
+export function remote<T = unknown>(
+  to: string,
+  target: unknown,
+  args: readonly unknown[] = [],
+  opts: CallOptions = {},
+): RRef<T> {
+  return current().remote<T>(to, target, args, opts);
+}
+
+/** @internal the number of RRef values this worker owns (tests observe distributed reference counting). */
+export function ownedRRefCount(): number {
+  return current().rrefs.ownedCount;
 }
 
 /** Makes `value` callable by name from other workers (register it on every worker that runs it). */

@@ -45,6 +45,18 @@ describe("tcp transport", () => {
     await listener.close();
   });
 
+  it("keeps a connection that arrives before onConnection is set (peers may connect as soon as we publish)", async () => {
+    const listener = await tcpTransport.listen({ host: "127.0.0.1", port: 0, secret: "k" });
+    const client = await tcpTransport.connect({ host: "127.0.0.1", port: listener.address.port, secret: "k" });
+    await client.write([Buffer.from("early")]);
+    await new Promise((r) => setTimeout(r, 100));
+    const accepted = new Promise<TransportConnection>((r) => listener.onConnection(r));
+    const server = await within(accepted, 5_000, "late subscription");
+    expect((await within(collect(server, 5), 5_000, "early bytes")).toString()).toBe("early");
+    client.close();
+    await listener.close();
+  });
+
   it("refuses a peer with the wrong secret and reports it to the listener", async () => {
     const listener = await tcpTransport.listen({ host: "127.0.0.1", port: 0, secret: "right" });
     let accepted = 0;

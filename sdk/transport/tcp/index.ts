@@ -87,6 +87,7 @@ class TcpListener implements TransportListener {
   private refusedCb: (remote: string, error: Error) => void = (remote, e) =>
     debug(1, "tcp", `refused ${remote}: ${e.message}`);
   private readonly sockets = new Set<net.Socket>();
+  private readonly early: TcpConnection[] = [];
 
   constructor(
     private readonly server: net.Server,
@@ -100,8 +101,10 @@ class TcpListener implements TransportListener {
       authenticateAsServer(sock, secret, AUTH_TIMEOUT_MS).then(
         () => {
           const conn = new TcpConnection(sock, remote);
+          // NB: a peer may connect as soon as our address is published, before our owner has
+          // subscribed (e.g. the last worker of a rendezvous): queue it, don't drop it.
           if (this.connCb) this.connCb(conn);
-          else conn.close();
+          else this.early.push(conn);
         },
         (e: Error) => this.refusedCb(remote, e),
       );
@@ -110,6 +113,7 @@ class TcpListener implements TransportListener {
 
   onConnection(cb: (conn: TransportConnection) => void): void {
     this.connCb = cb;
+    for (const c of this.early.splice(0)) cb(c);
   }
 
   onRefused(cb: (remote: string, error: Error) => void): void {

@@ -1,0 +1,353 @@
+/**
+ * RRefs: references to a value that lives on one worker (its owner), with
+ * PyTorch's distributed reference counting. Every RRef object anywhere is one
+ * "fork" the owner knows of; the owner keeps the value while any fork lives.
+ *
+ * The protocol (G1: the owner hears of every deletion; G2: a parent fork is
+ * not released before the owner confirmed its child):
+ * 1. remote(): the caller makes a user RRef (fork f) at once and sends
+ *    REMOTE_CALL {rref, fork f}; the owner registers f, runs the call, stores
+ *    the value (or its error, raised by toHere) and confirms.
+ * 2. Sending a user RRef: the sender mints a child fork c and holds its own
+ *    RRef object alive (pendingChildren) until the owner accepts c. The
+ *    receiver, if it is not the owner, makes a user RRef for c and sends
+ *    RREF_FORK_REQUEST to the owner, which registers c, confirms the child and
+ *    sends RREF_CHILD_ACCEPT to the parent. If the receiver is the owner, it
+ *    resolves the RRef to its own value and sends RREF_CHILD_ACCEPT itself.
+ * 3. Sending an owner RRef: the owner registers the child fork first (it is
+ *    the owner), so the receiver's RRef is confirmed on arrival.
+ * 4. Deleting: when an RRef object is garbage collected (FinalizationRegistry)
+ *    or at shutdown, its fork is removed at the owner (RREF_USER_DELETE);
+ *    the owner drops the value when no fork remains.
+ */
+import { ProtocolError, RpcError } from "../errors/index.js";
+import { debug } from "../util/index.js";
+import { registerWireType } from "../wire/index.js";
+import type { WorkerInfo } from "./rendezvous/index.js";
+
+/** What an RRef needs from the agent that made it. */
+export interface RRefHost {
+  readonly name: string;
+  workerInfo(name?: string): WorkerInfo;
+  /** Asks the owner for the value. */
+  fetch(owner: string, rrefId: string, timeoutMs?: number): Promise<unknown>;
+  /** Calls `method(...args)` on the owner's value: kind "sync"/"async" resolve to the result, "remote" returns an RRef. */
+  callMethod(
+    rref: RRef<unknown>,
+    kind: "sync" | "async" | "remote",
+    method: string,
+    args: unknown[],
+    timeoutMs?: number,
+  ): unknown;
+  /** One-way messages of the protocol above. */
+  notify(to: string, kind: "forkRequest" | "childAccept" | "userDelete", body: Record<string, string>): Promise<void>;
+  readonly rrefs: RRefContext;
+}
+
+interface OwnerEntry {
+  value: Promise<unknown>;
+  settled: { ok: true; value: unknown } | { ok: false; error: unknown } | null;
+  forks: Set<string>;
+}
+
+const finalizer = new FinalizationRegistry<{ ctx: RRefContext; rrefId: string; owner: string; fork: string }>((h) =>
+  h.ctx.forkGone(h.rrefId, h.owner, h.fork),
+);
+
+type Proxied<T> = { [K in keyof T]: T[K] extends (...a: infer A) => infer R ? (...a: A) => R : never };
+
+/** A reference to a value on its owner worker (torch.distributed.rpc.RRef). */
+export class RRef<T = unknown> {
+  /** @internal */ readonly host: RRefHost;
+  /** @internal */ readonly rrefId: string;
+  /** @internal */ readonly fork: string;
+  private readonly ownerName_: string;
+  private confirmed: boolean;
+
+  /**
+   * A local owner RRef holding `value`, as torch's rpc.RRef(value). Internal
+   * callers pass the remaining arguments.
+   */
+  constructor(
+    value: T,
+    internal?: { host: RRefHost; rrefId: string; owner: string; fork: string; confirmed: boolean },
+  ) {
+    if (internal) {
+      this.host = internal.host;
+      this.rrefId = internal.rrefId;
+      this.ownerName_ = internal.owner;
+      this.fork = internal.fork;
+      this.confirmed = internal.confirmed;
+    } else {
+      const host = currentHost();
+      this.host = host;
+      this.rrefId = host.rrefs.newId();
+      this.ownerName_ = host.name;
+      this.fork = host.rrefs.newId();
+      this.confirmed = true;
+      host.rrefs.own(this.rrefId, Promise.resolve(value), this.fork);
+    }
+    finalizer.register(this, { ctx: this.host.rrefs, rrefId: this.rrefId, owner: this.ownerName_, fork: this.fork });
+  }
+
+  owner(): WorkerInfo {
+    return this.host.workerInfo(this.ownerName_);
+  }
+
+  ownerName(): string {
+    return this.ownerName_;
+  }
+
+  isOwner(): boolean {
+    return this.ownerName_ === this.host.name;
+  }
+
+  /** True once the owner knows of this RRef (always for owners). */
+  confirmedByOwner(): boolean {
+    return this.confirmed || this.isOwner();
+  }
+
+  /** @internal */
+  confirm(): void {
+    this.confirmed = true;
+  }
+
+  /** The value, on its owner only (once the call that makes it has finished). */
+  localValue(): T {
+    if (!this.isOwner())
+      throw new RpcError(
+        `localValue() can only be called on the owner ("${this.ownerName_}"); this is "${this.host.name}". Use await rref.toHere()`,
+      );
+    return this.host.rrefs.localValue(this.rrefId) as T;
+  }
+
+  /** Copies the value here (from the owner, or locally on the owner). */
+  async toHere(timeoutMs?: number): Promise<T> {
+    if (this.isOwner()) return (await this.host.rrefs.valueOf(this.rrefId)) as T;
+    return (await this.host.fetch(this.ownerName_, this.rrefId, timeoutMs)) as T;
+  }
+
+  /** `await r.rpcSync().forward(x)` runs forward on the owner's object and resolves to its result. */
+  rpcSync(
+    timeoutMs?: number,
+  ): Proxied<{ [K in keyof T]: T[K] extends (...a: infer A) => infer R ? (...a: A) => Promise<Awaited<R>> : never }> {
+    return this.proxy("sync", timeoutMs) as never;
+  }
+
+  /** As rpcSync; each call returns the future. */
+  rpcAsync(
+    timeoutMs?: number,
+  ): Proxied<{ [K in keyof T]: T[K] extends (...a: infer A) => infer R ? (...a: A) => Promise<Awaited<R>> : never }> {
+    return this.proxy("async", timeoutMs) as never;
+  }
+
+  /** `r.remote().forward(x)` returns an RRef to the result, owned by the same worker. */
+  remote(
+    timeoutMs?: number,
+  ): Proxied<{ [K in keyof T]: T[K] extends (...a: infer A) => infer R ? (...a: A) => RRef<Awaited<R>> : never }> {
+    return this.proxy("remote", timeoutMs) as never;
+  }
+
+  private proxy(kind: "sync" | "async" | "remote", timeoutMs?: number): object {
+    return new Proxy(
+      {},
+      {
+        get: (_t, method) =>
+          typeof method === "string"
+            ? (...args: unknown[]) => this.host.callMethod(this as RRef<unknown>, kind, method, args, timeoutMs)
+            : undefined,
+      },
+    );
+  }
+
+  toString(): string {
+    return `RRef(owner=${this.ownerName_}, id=${this.rrefId})`;
+  }
+}
+
+let hostForNew: RRefHost | null = null;
+/** @internal the agent in use, for `new RRef(value)`. */
+export function setCurrentHost(h: RRefHost | null): void {
+  hostForNew = h;
+}
+function currentHost(): RRefHost {
+  if (!hostForNew) throw new RpcError("RPC has not been initialized. Call rpc.initRpc before creating an RRef.");
+  return hostForNew;
+}
+
+/** Per-agent RRef bookkeeping: values owned here, and forks handed out but not yet accepted. */
+export class RRefContext {
+  private readonly owned = new Map<string, OwnerEntry>();
+  /** child fork → the parent RRef object, held alive until the owner accepts the child (G2). */
+  private readonly pendingChildren = new Map<string, RRef<unknown>>();
+  /** forks of user RRefs made here, for deletion at shutdown. */
+  private readonly liveUsers = new Map<string, { rrefId: string; owner: string }>();
+  private counter = 0;
+  closed = false;
+
+  constructor(private readonly host: () => RRefHost) {}
+
+  newId(): string {
+    return `${this.host().name}:${++this.counter}`;
+  }
+
+  /** Values owned here (the live-object count the tests observe). */
+  get ownedCount(): number {
+    return this.owned.size;
+  }
+
+  own(rrefId: string, value: Promise<unknown>, fork: string): void {
+    let e = this.owned.get(rrefId);
+    if (!e) {
+      const entry: OwnerEntry = { value, settled: null, forks: new Set() };
+      value.then(
+        (v) => {
+          entry.settled = { ok: true, value: v };
+        },
+        (error: unknown) => {
+          entry.settled = { ok: false, error };
+        },
+      );
+      this.owned.set(rrefId, entry);
+      e = entry;
+    }
+    e.forks.add(fork);
+  }
+
+  addFork(rrefId: string, fork: string): boolean {
+    debug(3, "rref", `adding fork ${fork} of ${rrefId}`);
+    const e = this.owned.get(rrefId);
+    if (!e) return false;
+    e.forks.add(fork);
+    return true;
+  }
+
+  valueOf(rrefId: string): Promise<unknown> {
+    const e = this.owned.get(rrefId);
+    if (!e)
+      return Promise.reject(new RpcError(`no RRef ${rrefId} is owned by "${this.host().name}" (already deleted?)`));
+    return e.value;
+  }
+
+  localValue(rrefId: string): unknown {
+    const e = this.owned.get(rrefId);
+    if (!e) throw new RpcError(`no RRef ${rrefId} is owned by "${this.host().name}" (already deleted?)`);
+    if (!e.settled) throw new RpcError("the RRef's value is not ready yet; await rref.toHere() on the owner first");
+    if (!e.settled.ok) throw e.settled.error;
+    return e.settled.value;
+  }
+
+  /** A fork ended (GC or shutdown): tell the owner, or drop it here when we are the owner. */
+  forkGone(rrefId: string, owner: string, fork: string): void {
+    debug(3, "rref", `fork ${fork} of ${rrefId} (owner ${owner}) was collected`);
+    this.liveUsers.delete(fork);
+    if (owner === this.host().name) this.dropFork(rrefId, fork);
+    else if (!this.closed) void this.host().notify(owner, "userDelete", { rrefId, fork });
+  }
+
+  dropFork(rrefId: string, fork: string): void {
+    debug(3, "rref", `dropping fork ${fork} of ${rrefId}`);
+    const e = this.owned.get(rrefId);
+    if (!e) return;
+    e.forks.delete(fork);
+    if (e.forks.size === 0) this.owned.delete(rrefId);
+  }
+
+  /** Makes (or resolves) the RRef object for an incoming descriptor. */
+  materialize(d: RRefWire): RRef<unknown> {
+    const host = this.host();
+    if (d.owner === host.name) {
+      // it came home: the owner's own RRef object (a fork the owner tracks), and the parent may let go
+      const local = new RRef<unknown>(undefined, {
+        host,
+        rrefId: d.rrefId,
+        owner: d.owner,
+        fork: d.fork,
+        confirmed: true,
+      });
+      if (!this.addFork(d.rrefId, d.fork)) throw new ProtocolError(`unknown RRef ${d.rrefId} arrived at its owner`);
+      if (!d.ownerFork) void host.notify(d.parent, "childAccept", { fork: d.fork });
+      return local;
+    }
+    const r = new RRef<unknown>(undefined, {
+      host,
+      rrefId: d.rrefId,
+      owner: d.owner,
+      fork: d.fork,
+      confirmed: d.ownerFork,
+    });
+    this.liveUsers.set(d.fork, { rrefId: d.rrefId, owner: d.owner });
+    if (!d.ownerFork) void host.notify(d.owner, "forkRequest", { rrefId: d.rrefId, fork: d.fork, parent: d.parent });
+    return r;
+  }
+
+  /** The descriptor for sending `r`: mints a child fork (see the protocol above). */
+  describe(r: RRef<unknown>): RRefWire {
+    const host = this.host();
+    const fork = this.newId();
+    if (r.isOwner()) {
+      this.addFork(r.rrefId, fork);
+      return { rrefId: r.rrefId, owner: r.ownerName(), fork, parent: host.name, ownerFork: true };
+    }
+    this.pendingChildren.set(fork, r);
+    return { rrefId: r.rrefId, owner: r.ownerName(), fork, parent: host.name, ownerFork: false };
+  }
+
+  /** The owner accepted a child we sent: the parent may now be released. */
+  childAccepted(fork: string): void {
+    this.pendingChildren.delete(fork);
+  }
+
+  /** A user RRef made by remote() here. */
+  userCreated(r: RRef<unknown>): void {
+    this.liveUsers.set(r.fork, { rrefId: r.rrefId, owner: r.ownerName() });
+  }
+
+  /** At shutdown: every live user fork made here is deleted at its owner; resolves once the deletions are sent. */
+  async releaseAll(): Promise<void> {
+    const sent = [...this.liveUsers].map(([fork, u]) =>
+      this.host().notify(u.owner, "userDelete", { rrefId: u.rrefId, fork }),
+    );
+    this.liveUsers.clear();
+    this.pendingChildren.clear();
+    this.closed = true;
+    await Promise.all(sent);
+  }
+}
+
+/** An RRef on the wire. */
+export interface RRefWire {
+  rrefId: string;
+  owner: string;
+  fork: string;
+  parent: string;
+  ownerFork: boolean;
+}
+
+function str(v: unknown, what: string): string {
+  if (typeof v !== "string" || v.length === 0 || v.length > 512)
+    throw new ProtocolError(`bad RRef descriptor: ${what}`);
+  return v;
+}
+
+registerWireType(0x20, {
+  Class: RRef,
+  encode(r: RRef<unknown>, ctx) {
+    const rrefs = ctx.user as RRefContext | undefined;
+    if (!rrefs) throw new RpcError("RRefs can only be sent through the RPC agent");
+    const d = rrefs.describe(r);
+    return [d.rrefId, d.owner, d.fork, d.parent, d.ownerFork];
+  },
+  decode(data, ctx) {
+    const rrefs = ctx.user as RRefContext | undefined;
+    if (!rrefs) throw new ProtocolError("an RRef arrived outside the RPC agent");
+    if (!Array.isArray(data) || data.length !== 5) throw new ProtocolError("bad RRef descriptor");
+    return rrefs.materialize({
+      rrefId: str(data[0], "id"),
+      owner: str(data[1], "owner"),
+      fork: str(data[2], "fork"),
+      parent: str(data[3], "parent"),
+      ownerFork: data[4] === true,
+    });
+  },
+});
