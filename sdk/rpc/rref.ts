@@ -48,6 +48,8 @@ interface OwnerEntry {
   value: Promise<unknown>;
   settled: { ok: true; value: unknown } | { ok: false; error: unknown } | null;
   forks: Set<string>;
+  /** Set while the value's REMOTE_CALL has not arrived yet. */
+  provide: ((v: Promise<unknown>) => void) | null;
 }
 
 const finalizer = new FinalizationRegistry<{ ctx: RRefContext; rrefId: string; owner: string; fork: string }>((h) =>
@@ -196,10 +198,19 @@ export class RRefContext {
     return this.owned.size;
   }
 
-  own(rrefId: string, value: Promise<unknown>, fork: string): void {
+  /**
+   * The owner entry for `rrefId`, made pending when a fork request or a fetch
+   * arrives before the REMOTE_CALL that creates the value (they travel on
+   * other connections, so nothing orders them): it settles when the call does.
+   */
+  private entry(rrefId: string): OwnerEntry {
     let e = this.owned.get(rrefId);
     if (!e) {
-      const entry: OwnerEntry = { value, settled: null, forks: new Set() };
+      let resolve!: (v: Promise<unknown>) => void;
+      const value = new Promise<unknown>((r) => {
+        resolve = r;
+      });
+      const entry: OwnerEntry = { value, settled: null, forks: new Set(), provide: resolve };
       value.then(
         (v) => {
           entry.settled = { ok: true, value: v };
@@ -211,22 +222,24 @@ export class RRefContext {
       this.owned.set(rrefId, entry);
       e = entry;
     }
+    return e;
+  }
+
+  own(rrefId: string, value: Promise<unknown>, fork: string): void {
+    const e = this.entry(rrefId);
+    e.provide?.(value);
+    e.provide = null;
     e.forks.add(fork);
   }
 
   addFork(rrefId: string, fork: string): boolean {
     debug(3, "rref", `adding fork ${fork} of ${rrefId}`);
-    const e = this.owned.get(rrefId);
-    if (!e) return false;
-    e.forks.add(fork);
+    this.entry(rrefId).forks.add(fork);
     return true;
   }
 
   valueOf(rrefId: string): Promise<unknown> {
-    const e = this.owned.get(rrefId);
-    if (!e)
-      return Promise.reject(new RpcError(`no RRef ${rrefId} is owned by "${this.host().name}" (already deleted?)`));
-    return e.value;
+    return this.entry(rrefId).value;
   }
 
   localValue(rrefId: string): unknown {
@@ -250,7 +263,8 @@ export class RRefContext {
     const e = this.owned.get(rrefId);
     if (!e) return;
     e.forks.delete(fork);
-    if (e.forks.size === 0) this.owned.delete(rrefId);
+    // NB: a pending entry (its REMOTE_CALL still on the way) stays: the creator's fork is coming.
+    if (e.forks.size === 0 && !e.provide) this.owned.delete(rrefId);
   }
 
   /** Makes (or resolves) the RRef object for an incoming descriptor. */
@@ -265,7 +279,7 @@ export class RRefContext {
         fork: d.fork,
         confirmed: true,
       });
-      if (!this.addFork(d.rrefId, d.fork)) throw new ProtocolError(`unknown RRef ${d.rrefId} arrived at its owner`);
+      this.addFork(d.rrefId, d.fork);
       if (!d.ownerFork) void host.notify(d.parent, "childAccept", { fork: d.fork });
       return local;
     }

@@ -9,6 +9,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import net from "node:net";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import * as sdk from "../../sdk/index.js";
 import { RemoteError, RpcError, add, ones, rpc, tensor, type Tensor } from "../../sdk/index.js";
 import { expectClose } from "../helpers.js";
 
@@ -122,6 +123,32 @@ describe("RRefs between real processes", () => {
       [r],
     );
     expect(counted).toBe(17);
+  });
+
+  it("builds a shipped class extending nn.Module with remote() and runs its forward there", async () => {
+    const tprpc = sdk; // the name shipped code sees on the callee (as the notebook kernel preloads it)
+    class TinyNet extends tprpc.nn.Module {
+      declare fc: InstanceType<typeof tprpc.nn.Linear>;
+      constructor(inFeatures: number) {
+        super();
+        this.fc = new tprpc.nn.Linear(inFeatures, 2);
+      }
+      forward(x: Tensor): Tensor {
+        return this.fc.forward(x).relu();
+      }
+    }
+    const net = rpc.remote<TinyNet>("worker3", TinyNet, [4]);
+    const y = await net.rpcSync().forward(ones([3, 4]));
+    expect(y.shape).toEqual([3, 2]);
+    const facts = await rpc.rpcSync<[boolean, number]>(
+      "worker3",
+      async (r: { toHere(): Promise<unknown> }) => {
+        const m = (await r.toHere()) as InstanceType<typeof tprpc.nn.Module>;
+        return [m instanceof tprpc.nn.Module, m.parameters().length];
+      },
+      [net],
+    );
+    expect(facts).toEqual([true, 2]);
   });
 
   it("raises the remote call's error at toHere", async () => {

@@ -58,6 +58,7 @@ export class Membership {
   private left = false;
   /** @internal */ ready = false;
   /** @internal */ unwatch: (() => Promise<void>) | null = null;
+  private readonly early: StoreEvent[] = [];
 
   /** @internal */
   constructor(
@@ -119,10 +120,17 @@ export class Membership {
       if (w && isWorker(w)) this.members.set(w.name, info(w));
     }
     this.ready = true;
+    for (const e of this.early.splice(0)) this.apply(e);
   }
 
   /** @internal */ apply(e: StoreEvent): void {
-    if (!this.ready || this.left) return;
+    if (this.left) return;
+    // NB: an event can be handled before the snapshot's reply is (same connection, one chunk):
+    // keep it and replay it after reset(), instead of losing a join.
+    if (!this.ready) {
+      this.early.push(e);
+      return;
+    }
     const w = decode(e.value);
     if (!w || !isWorker(w) || w.name === this.self.name) return;
     if (e.kind === "set" && !this.members.has(w.name)) {
@@ -174,7 +182,10 @@ export async function rendezvous(store: StoreClient, opts: RendezvousOptions): P
 
   if (worldSize !== undefined) {
     const ranks = [...Array(worldSize).keys()].map((r) => `${p}rank/${r}`);
-    if (await store.check(ranks)) await store.set(`${p}complete`, "1");
+    // NB: complete once every worker's name key exists (each sets it after its rank key), so the
+    // membership snapshot below, taken after complete, lists every worker.
+    if ((await store.check(ranks)) && (await store.list(`${p}worker/`)).size >= worldSize)
+      await store.set(`${p}complete`, "1");
     try {
       await store.get(`${p}complete`, timeoutMs);
     } catch (e) {
