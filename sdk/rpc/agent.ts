@@ -72,6 +72,13 @@ export interface CallOptions {
   timeoutMs?: number;
 }
 
+/** Waits for `p` at most `ms`, and clears its timer either way (so nothing holds the process open). */
+async function within(p: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([p, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+  clearTimeout(timer);
+}
+
 /** Treats a function whose source starts with `class` as a constructor. */
 function isClass(fn: unknown): fn is new (...a: unknown[]) => unknown {
   return typeof fn === "function" && /^class[\s{]/.test(Function.prototype.toString.call(fn));
@@ -148,7 +155,11 @@ export class Agent implements RRefHost {
   }
 
   /** initRpc's work: listen, host the store on rank 0, rendezvous. */
-  static async start(config: InitConfig, sdk: Readonly<Record<string, unknown>>): Promise<Agent> {
+  static async start(
+    config: InitConfig,
+    sdk: Readonly<Record<string, unknown>>,
+    onCreated?: (agent: Agent) => void,
+  ): Promise<Agent> {
     const bindHost = /^(127\.|localhost$|::1$|\[::1\]$)/.test(config.host)
       ? config.host.replace(/^\[|\]$/g, "")
       : "0.0.0.0";
@@ -172,7 +183,10 @@ export class Agent implements RRefHost {
         address: { host: advertised, port: listener.address.port },
         timeoutMs: config.initTimeoutMs,
       });
-      return new Agent(config, sdk, listener, store, server, membership);
+      const agent = new Agent(config, sdk, listener, store, server, membership);
+      // NB: before any call it serves can run (they may already be queued), so shipped code sees the API ready
+      onCreated?.(agent);
+      return agent;
     } catch (e) {
       store?.close();
       await server?.close();
@@ -450,7 +464,7 @@ export class Agent implements RRefHost {
             };
           }),
       );
-      await Promise.race([Promise.all([...outstanding, ...this.running]), new Promise((r) => setTimeout(r, left()))]);
+      await within(Promise.all([...outstanding, ...this.running]), left());
       // As PyTorch's shutdown: (1) every worker reaches shutdown (workers keep serving while they
       // wait here), (2) each deletes the user RRefs it made at their owners, (3) a second barrier so
       // nobody closes while deletions are in flight.
@@ -464,7 +478,7 @@ export class Agent implements RRefHost {
           : Promise.resolve();
       await meet("shutdown");
       await this.rrefs.releaseAll();
-      await Promise.race([Promise.all([...this.running]), new Promise((r) => setTimeout(r, left()))]);
+      await within(Promise.all([...this.running]), left());
       await meet("shutdown-rrefs");
       if (group) {
         // (4) rank 0 hosts the store: it closes only after every other worker said it is done,

@@ -16,6 +16,7 @@ import { RRef } from "./rref.js";
 import { parseInitOptions, type RendezvousInitOptions, type WorkerInfo } from "./rendezvous/index.js";
 
 export type { CallOptions, WorkerInfo };
+export { startLocalWorkers, type LocalCluster } from "./launcher.js";
 export { RRef };
 
 export interface InitRpcOptions extends RendezvousInitOptions {}
@@ -50,10 +51,10 @@ export async function initRpc(name: string, options: InitRpcOptions = {}): Promi
   const config = parseInitOptions(name, options);
   // NB: a generated secret must reach the workers this process starts (the local launcher reads it).
   if (config.secretGenerated) process.env.TPRPC_SECRET = config.secret;
-  starting = Agent.start(config, sdk).then((a) => {
+  starting = Agent.start(config, sdk, (a) => {
     for (const [n, v] of pendingRegistrations) a.registry.register(n, v, { replace: true });
     agent = a;
-  });
+  }).then(() => undefined);
   try {
     await starting;
   } finally {

@@ -57,10 +57,16 @@ class TcpConnection implements TransportConnection {
         // NB: resolve after the data is queued to the kernel, in order, via an empty write's callback.
         this.sock.write(new Uint8Array(0), done);
       } else {
-        this.sock.once("drain", () => resolve());
-        this.sock.once("close", () =>
-          reject(new WorkerUnavailableError(`connection to ${this.remote} closed while writing`, this.remote)),
-        );
+        const onDrain = () => {
+          this.sock.off("close", onClose);
+          resolve();
+        };
+        const onClose = () => {
+          this.sock.off("drain", onDrain);
+          reject(new WorkerUnavailableError(`connection to ${this.remote} closed while writing`, this.remote));
+        };
+        this.sock.once("drain", onDrain);
+        this.sock.once("close", onClose);
       }
     });
   }
