@@ -68,10 +68,14 @@ describe("rpc between real processes", () => {
 
   beforeAll(async () => {
     port = await freePort();
-    children.push(startWorker("worker1", 1, 3, port), startWorker("worker2", 2, 3, port));
+    children.push(
+      startWorker("worker1", 1, 4, port),
+      startWorker("worker2", 2, 4, port),
+      startWorker("worker3", 3, 4, port),
+    );
     await rpc.initRpc("master", {
       rank: 0,
-      worldSize: 3,
+      worldSize: 4,
       initMethod: `tcp://127.0.0.1:${port}`,
       secret: SECRET,
       initTimeoutMs: 20_000,
@@ -84,7 +88,7 @@ describe("rpc between real processes", () => {
   });
 
   it("knows the group", () => {
-    expect(rpc.workers().map((w) => w.name)).toEqual(["master", "worker1", "worker2"]);
+    expect(rpc.workers().map((w) => w.name)).toEqual(["master", "worker1", "worker2", "worker3"]);
     expect(rpc.getWorkerInfo().name).toBe("master");
     expect(rpc.getWorkerInfo("worker2").id).toBe(2);
   });
@@ -149,17 +153,19 @@ describe("rpc between real processes", () => {
     expect(dt).toBeLessThan(550);
   });
 
-  it("delivers every reply exactly once under 64 concurrent callers", async () => {
+  it("delivers every reply exactly once: 64 concurrent callers × 2,000 calls across 3 workers", async () => {
     const echo = (i: number) => i;
+    const CALLS = 2_000;
+    const targets = ["worker1", "worker2", "worker3"];
     const callers = Array.from({ length: 64 }, async (_, c) => {
       const got: number[] = [];
-      for (let i = 0; i < 50; i++)
-        got.push((await rpc.rpcSync(c % 2 ? "worker1" : "worker2", echo, [c * 1000 + i])) as number);
+      for (let i = 0; i < CALLS; i++)
+        got.push((await rpc.rpcSync(targets[(c + i) % 3]!, echo, [c * CALLS + i])) as number);
       return got;
     });
     const all = await Promise.all(callers);
-    all.forEach((got, c) => expect(got).toEqual(Array.from({ length: 50 }, (_, i) => c * 1000 + i)));
-  });
+    all.forEach((got, c) => expect(got).toEqual(Array.from({ length: CALLS }, (_, i) => c * CALLS + i)));
+  }, 120_000);
 
   it("rejects pending calls with WorkerUnavailableError within 2 s when a worker is SIGKILLed", async () => {
     const never = () => new Promise(() => {});
