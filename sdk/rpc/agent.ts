@@ -17,6 +17,7 @@
  *    resends it in full once. A connection that dies rejects every call
  *    pending on it with WorkerUnavailableError at once.
  */
+import os from "node:os";
 import { RpcNotInitializedError, RpcTimeoutError, WorkerUnavailableError } from "../errors/index.js";
 import { debug } from "../util/index.js";
 import type { TransportConnection, TransportListener } from "../transport/interface.js";
@@ -70,6 +71,19 @@ interface RequestPayload {
 export interface CallOptions {
   /** ms; 0 = no timeout; default: the agent's rpcTimeoutMs. */
   timeoutMs?: number;
+}
+
+/**
+ * The address peers should dial for this worker: TPRPC_ADDR when set (multi-NIC hosts), the
+ * loopback address for single-host groups, else this host's first non-internal IPv4 address.
+ */
+function advertisedHost(bindHost: string): string {
+  const forced = process.env.TPRPC_ADDR;
+  if (forced) return forced;
+  if (bindHost !== "0.0.0.0") return bindHost;
+  for (const addrs of Object.values(os.networkInterfaces()))
+    for (const a of addrs ?? []) if (a.family === "IPv4" && !a.internal) return a.address;
+  return os.hostname();
 }
 
 /** Waits for `p` at most `ms`, and clears its timer either way (so nothing holds the process open). */
@@ -175,7 +189,7 @@ export class Agent implements RRefHost {
         secret: config.secret,
         timeoutMs: config.initTimeoutMs,
       });
-      const advertised = bindHost === "0.0.0.0" ? config.host : bindHost;
+      const advertised = advertisedHost(bindHost);
       const membership = await rendezvous(store, {
         name: config.name,
         rank: config.rank,
