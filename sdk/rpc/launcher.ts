@@ -143,7 +143,8 @@ export function workerScript(): string {
   }
 }
 
-async function freePort(): Promise<number> {
+/** A port on 127.0.0.1 that was free a moment ago (for a store or test server to bind). */
+export async function freePort(): Promise<number> {
   const s = net.createServer();
   await new Promise<void>((resolve, reject) => {
     s.once("error", reject);

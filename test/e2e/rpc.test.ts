@@ -5,9 +5,7 @@
  * async functions, remote errors, a captured variable named in the error,
  * timeouts, a SIGKILLed worker, concurrency, graceful shutdown and re-init.
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import net from "node:net";
-import path from "node:path";
+import type { ChildProcess } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   RemoteError,
@@ -19,38 +17,11 @@ import {
   tensor,
 } from "../../sdk/index.js";
 import { expectClose } from "../helpers.js";
+import { freePort, startWorker as spawnWorker } from "./workers.js";
 
-const root = path.resolve(import.meta.dirname, "../..");
 const SECRET = "e2e-secret-0123456789";
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
-
-function startWorker(name: string, rank: number, worldSize: number, port: number, secret = SECRET): ChildProcess {
-  const child = spawn(
-    process.execPath,
-    [
-      path.join(root, "bin/tprpc.mjs"),
-      "worker",
-      "--name",
-      name,
-      "--rank",
-      String(rank),
-      "--world-size",
-      String(worldSize),
-      "--init-method",
-      `tcp://127.0.0.1:${port}`,
-    ],
-    { env: { ...process.env, TPRPC_SECRET: secret, TPRPC_NATIVE: "0" }, stdio: ["ignore", "inherit", "pipe"] },
-  );
-  child.stderr!.on("data", (d: Buffer) => process.stderr.write(`[${name}] ${d}`));
-  return child;
-}
+const startWorker = (name: string, rank: number, worldSize: number, port: number, secret = SECRET) =>
+  spawnWorker(name, rank, worldSize, port, { secret });
 
 const exited = (c: ChildProcess, ms: number) =>
   new Promise<number | null>((resolve, reject) => {

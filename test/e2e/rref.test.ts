@@ -5,47 +5,17 @@
  * reference counting: an RRef forked user→user is freed by its owner once
  * every user dropped it (observed as the owner's live-object count).
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import net from "node:net";
-import path from "node:path";
+import type { ChildProcess } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as sdk from "../../sdk/index.js";
 import { RemoteError, RpcError, add, ones, rpc, tensor, type Tensor } from "../../sdk/index.js";
 import { expectClose } from "../helpers.js";
+import { freePort, startWorker as spawnWorker } from "./workers.js";
 
-const root = path.resolve(import.meta.dirname, "../..");
 const SECRET = "rref-secret-0123456789";
 const gc = (globalThis as { gc?: () => void }).gc;
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
-
-function startWorker(name: string, rank: number, worldSize: number, port: number): ChildProcess {
-  const child = spawn(
-    process.execPath,
-    [
-      "--expose-gc",
-      path.join(root, "bin/tprpc.mjs"),
-      "worker",
-      "--name",
-      name,
-      "--rank",
-      String(rank),
-      "--world-size",
-      String(worldSize),
-      "--init-method",
-      `tcp://127.0.0.1:${port}`,
-    ],
-    { env: { ...process.env, TPRPC_SECRET: SECRET, TPRPC_NATIVE: "0" }, stdio: ["ignore", "inherit", "pipe"] },
-  );
-  child.stderr!.on("data", (d: Buffer) => process.stderr.write(`[${name}] ${d}`));
-  return child;
-}
+const startWorker = (name: string, rank: number, worldSize: number, port: number) =>
+  spawnWorker(name, rank, worldSize, port, { secret: SECRET, nodeArgs: ["--expose-gc"] });
 
 async function until(cond: () => Promise<boolean>, ms: number): Promise<boolean> {
   const end = Date.now() + ms;
