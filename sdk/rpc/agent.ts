@@ -65,6 +65,85 @@ interface RequestPayload {
   from: string;
   target: TargetRecord;
   args: unknown[];
+  /** Metadata of message hooks, by hook key. */
+  ext?: Record<string, unknown>;
+}
+
+/** Which message a hook sees: a call's arguments, or the value in its reply. */
+export type HookedMessageKind = "request" | "response";
+
+/**
+ * A per-message extension point, so layers above rpc (distributed autograd;
+ * device maps) attach metadata to calls and replies without the agent
+ * knowing them. Metadata travels in the payload under `ext[key]`.
+ *
+ * - `outgoing` runs synchronously where the call (or the reply) is made, so
+ *   it sees the caller's async context; it may replace the values (e.g.
+ *   detach tensors) and returns metadata, or undefined for none. A throw
+ *   fails the call before anything is sent.
+ * - `incoming` runs on receipt before the values are used; it returns the
+ *   values to use (e.g. tensors re-attached to a graph).
+ * - `around` wraps the callee's run of a request's target.
+ */
+export interface MessageHook {
+  readonly key: string;
+  outgoing?(msg: {
+    to: string;
+    kind: HookedMessageKind;
+    values: unknown;
+    /** For a reply: the metadata this hook attached to the request. */
+    requestMeta?: unknown;
+  }): { values: unknown; meta?: unknown } | undefined;
+  incoming?(msg: { from: string; kind: HookedMessageKind; values: unknown; meta: unknown }): unknown;
+  around?<T>(meta: unknown, from: string, run: () => Promise<T>): Promise<T>;
+}
+
+const messageHooks: MessageHook[] = [];
+
+/** Installs a message hook for every agent of this process (replacing one with the same key). */
+export function addMessageHook(hook: MessageHook): void {
+  const i = messageHooks.findIndex((h) => h.key === hook.key);
+  if (i >= 0) messageHooks[i] = hook;
+  else messageHooks.push(hook);
+}
+
+/** Runs the outgoing hooks over `values`; returns the values to send and the ext record (undefined when empty). */
+function hookOutgoing(
+  to: string,
+  kind: HookedMessageKind,
+  values: unknown,
+  requestExt?: Record<string, unknown>,
+): { values: unknown; ext: Record<string, unknown> | undefined } {
+  let ext: Record<string, unknown> | undefined;
+  for (const h of messageHooks) {
+    if (!h.outgoing) continue;
+    const r = h.outgoing({ to, kind, values, requestMeta: requestExt?.[h.key] });
+    if (!r) continue;
+    values = r.values;
+    if (r.meta !== undefined) (ext ??= {})[h.key] = r.meta;
+  }
+  return { values, ext };
+}
+
+function hookIncoming(
+  from: string,
+  kind: HookedMessageKind,
+  values: unknown,
+  ext: Record<string, unknown> | undefined,
+): unknown {
+  for (const h of messageHooks) if (h.incoming) values = h.incoming({ from, kind, values, meta: ext?.[h.key] });
+  return values;
+}
+
+function hookAround<T>(ext: Record<string, unknown> | undefined, from: string, run: () => Promise<T>): Promise<T> {
+  let f = run;
+  for (const h of messageHooks) {
+    if (!h.around) continue;
+    const inner = f;
+    const around = h.around.bind(h);
+    f = () => around(ext?.[h.key], from, inner);
+  }
+  return f();
 }
 
 /** Options for one call. */
@@ -295,8 +374,10 @@ export class Agent implements RRefHost {
       return Promise.reject(new RpcNotInitializedError("RPC has been shut down. Call rpc.initRpc again."));
     const timeoutMs = timeoutMsOpt ?? this.config.rpcTimeoutMs;
     let record: TargetRecord | null = null;
+    let out: { values: unknown; ext: Record<string, unknown> | undefined };
     try {
       this.workerInfo(to);
+      out = hookOutgoing(to, "request", args);
       if (target !== null)
         record = describeTarget(target as never, {
           builtins: BuiltinIndex.of(this.sdk),
@@ -318,7 +399,15 @@ export class Agent implements RRefHost {
     });
     const send = (rec: TargetRecord | null) =>
       this.peer(to)
-        .then((peer) => peer.send(type, id, { from: this.name, target: rec, args: [...args], ...extra }))
+        .then((peer) =>
+          peer.send(type, id, {
+            from: this.name,
+            target: rec,
+            args: [...(out.values as unknown[])],
+            ...extra,
+            ...(out.ext ? { ext: out.ext } : {}),
+          }),
+        )
         .catch((e: Error) => this.settle(id, e));
     if (record) {
       const full = record;
@@ -329,6 +418,17 @@ export class Agent implements RRefHost {
       void send(this.codeCache.outgoing(to, full));
     } else void send(null);
     return done;
+  }
+
+  /**
+   * Rejects every call this worker is waiting on with `reason` (a notebook
+   * interrupt); the pipes stay open, so late replies are dropped and the
+   * group stays usable. Returns how many calls were cancelled.
+   */
+  cancelPending(reason: Error): number {
+    const ids = [...this.pending.keys()];
+    for (const id of ids) this.settle(id, reason);
+    return ids.length;
   }
 
   private settle(id: number, error: Error | null, value?: unknown): void {
@@ -376,9 +476,17 @@ export class Agent implements RRefHost {
   }
 
   private onReply(m: DecodedMessage, from: string): void {
-    const body = m.payload as { value?: unknown; error?: RemoteErrorRecord };
-    if (m.type === MessageType.RESPONSE) this.settle(m.id, null, body.value);
-    else if (m.type === MessageType.ERROR) {
+    const body = m.payload as { value?: unknown; error?: RemoteErrorRecord; ext?: Record<string, unknown> };
+    if (m.type === MessageType.RESPONSE) {
+      let value: unknown;
+      try {
+        value = hookIncoming(from, "response", body.value, body.ext);
+      } catch (e) {
+        this.settle(m.id, e as Error);
+        return;
+      }
+      this.settle(m.id, null, value);
+    } else if (m.type === MessageType.ERROR) {
       const rec = body.error!;
       const p = this.pending.get(m.id);
       if (rec.name === "ShippedCodeMissingError" && p?.retry) {
@@ -400,8 +508,11 @@ export class Agent implements RRefHost {
       peer: req.from,
       workerName: this.name,
     });
+    const args = hookIncoming(req.from, "request", req.args, req.ext) as unknown[];
     try {
-      return isClass(fn) ? new fn(...req.args) : await (fn as (...a: unknown[]) => unknown)(...req.args);
+      return await hookAround(req.ext, req.from, async () =>
+        isClass(fn) ? new fn(...args) : await (fn as (...a: unknown[]) => unknown)(...args),
+      );
     } catch (e) {
       throw explainReferenceError(e);
     }
@@ -442,7 +553,8 @@ export class Agent implements RRefHost {
           this.running.add(tracked);
           void tracked.finally(() => this.running.delete(tracked));
         }
-        await peer.send(MessageType.RESPONSE, m.id, { value });
+        const out = hookOutgoing(body.from, "response", value, body.ext);
+        await peer.send(MessageType.RESPONSE, m.id, { value: out.values, ...(out.ext ? { ext: out.ext } : {}) });
       } catch (e) {
         const err = e instanceof Error ? e : new Error(String(e));
         if (!(err instanceof ShippedCodeMissingError)) debug(2, "rpc", `call from ${body.from} failed: ${err.message}`);

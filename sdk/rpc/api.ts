@@ -16,6 +16,7 @@ import { RRef } from "./rref.js";
 import { parseInitOptions, type RendezvousInitOptions, type WorkerInfo } from "./rendezvous/index.js";
 
 export type { CallOptions, WorkerInfo };
+export { addMessageHook, type MessageHook, type HookedMessageKind } from "./agent.js";
 export { startLocalWorkers, type LocalCluster } from "./launcher.js";
 export { RRef };
 
@@ -137,6 +138,15 @@ export async function shutdown(opts: ShutdownOptions = {}): Promise<void> {
 /** @internal for the agent: the registrations made so far. */
 export function registrations(): ReadonlyMap<string, unknown> {
   return pendingRegistrations;
+}
+
+/**
+ * Rejects every RPC this process is still waiting on with `reason` (default:
+ * an RpcError saying the calls were cancelled); the group stays usable.
+ * The notebook kernel calls this on interrupt. Returns the number cancelled.
+ */
+export function cancelPending(reason?: Error): number {
+  return agent ? agent.cancelPending(reason ?? new RpcError("the pending RPCs were cancelled (interrupted)")) : 0;
 }
 
 /** @internal the worker-side loop used by `tprpc worker`: exits when the master's store goes away. */
