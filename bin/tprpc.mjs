@@ -31,8 +31,14 @@ async function worker(argv) {
     console.error(`tprpc worker ${name}: lost the connection to the group's master; exiting`);
     process.exit(1);
   });
-  // Serve until every worker (the master included) calls shutdown.
-  await rpc.shutdown({ graceful: true, timeoutMs: 2 ** 31 - 1 });
+  if (rpc.currentAgent()?.membership.dynamic) {
+    // A dynamic group has no shutdown barrier: serve until SIGTERM, then leave gracefully.
+    await new Promise((resolve) => process.once("SIGTERM", resolve));
+    await rpc.shutdown({ graceful: true, timeoutMs: 30_000 });
+  } else {
+    // Serve until every worker (the master included) calls shutdown.
+    await rpc.shutdown({ graceful: true, timeoutMs: 2 ** 31 - 1 });
+  }
   process.exit(0);
 }
 

@@ -124,6 +124,23 @@ export function workers(): WorkerInfo[] {
   return current().membership.workers;
 }
 
+/**
+ * Dynamic groups (initRpc without worldSize): calls `cb` with each worker that
+ * joins from now on. Returns a function that unsubscribes.
+ */
+export function onWorkerJoin(cb: (w: WorkerInfo) => void): () => void {
+  return current().membership.onJoin(cb);
+}
+
+/**
+ * Calls `cb` with each worker that leaves from now on (it shut down, or its
+ * process died); calls pending to it have already failed with
+ * WorkerUnavailableError. Returns a function that unsubscribes.
+ */
+export function onWorkerLeave(cb: (w: WorkerInfo) => void): () => void {
+  return current().membership.onLeave(cb);
+}
+
 /** Leaves the group; graceful by default. initRpc may be called again afterwards. */
 export async function shutdown(opts: ShutdownOptions = {}): Promise<void> {
   const a = agent;

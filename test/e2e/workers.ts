@@ -17,7 +17,8 @@ export interface WorkerSpawnOptions {
 export function startWorker(
   name: string,
   rank: number,
-  worldSize: number,
+  /** undefined: join a dynamic group. */
+  worldSize: number | undefined,
   port: number,
   opts: WorkerSpawnOptions,
 ): ChildProcess {
@@ -31,8 +32,7 @@ export function startWorker(
       name,
       "--rank",
       String(rank),
-      "--world-size",
-      String(worldSize),
+      ...(worldSize === undefined ? [] : ["--world-size", String(worldSize)]),
       "--init-method",
       `tcp://127.0.0.1:${port}`,
     ],

@@ -162,13 +162,14 @@ export async function rendezvous(store: StoreClient, opts: RendezvousOptions): P
   m.unwatch = await store.watch(`${p}worker/`, (e) => m.apply(e));
   try {
     const rankClaim = JSON.stringify({ name, token });
-    const heldRank = (await store.compareSet(`${p}rank/${rank}`, null, rankClaim))!;
+    // NB: ephemeral: a worker that dies without leaving frees its rank and name, and the others see it leave.
+    const heldRank = (await store.compareSet(`${p}rank/${rank}`, null, rankClaim, { ephemeral: true }))!;
     if (heldRank.toString() !== rankClaim)
       throw new ValueError(
         `rank ${rank} is already taken by worker "${decode(heldRank)?.name}": give worker "${name}" a different rank`,
       );
     const nameClaim = JSON.stringify({ ...self, token });
-    const heldName = (await store.compareSet(`${p}worker/${name}`, null, nameClaim))!;
+    const heldName = (await store.compareSet(`${p}worker/${name}`, null, nameClaim, { ephemeral: true }))!;
     if (heldName.toString() !== nameClaim) {
       await store.delete(`${p}rank/${rank}`);
       throw new ValueError(

@@ -199,10 +199,18 @@ export class StoreClient {
   /**
    * Sets `key` to `desired` if it currently holds `expected` (null: if it is absent).
    * Resolves to the value after the operation (null: absent); it equals `desired` when the swap happened
-   * or someone else already stored the same bytes.
+   * or someone else already stored the same bytes. `ephemeral`: the server deletes the key when this
+   * client's connection drops (a worker that dies leaves the group), unless it was replaced since.
    */
-  async compareSet(key: string, expected: Field | null, desired: Field): Promise<Buffer | null> {
-    const r = await this.request(Op.CAS, [key, expected ?? "", desired, expected === null ? "1" : "0"]);
+  async compareSet(
+    key: string,
+    expected: Field | null,
+    desired: Field,
+    opts: { ephemeral?: boolean } = {},
+  ): Promise<Buffer | null> {
+    const fields: Field[] = [key, expected ?? "", desired, expected === null ? "1" : "0"];
+    if (opts.ephemeral) fields.push("1");
+    const r = await this.request(Op.CAS, fields);
     return r[0] ?? null;
   }
 

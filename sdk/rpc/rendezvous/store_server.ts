@@ -49,6 +49,8 @@ interface Conn {
   remote: string;
   watches: Map<number, string>;
   waiters: Set<Waiter>;
+  /** Keys this connection set with the ephemeral flag: deleted when it drops (if still holding its value). */
+  ephemeral: Map<string, Buffer>;
 }
 
 const MAX_WAIT_MS = 2 ** 31 - 1;
@@ -144,7 +146,7 @@ export class StoreServer {
       this.pendingSockets.delete(sock);
     }
     if (this.closing) return void sock.destroy();
-    const conn: Conn = { sock, remote, watches: new Map(), waiters: new Set() };
+    const conn: Conn = { sock, remote, watches: new Map(), waiters: new Set(), ephemeral: new Map() };
     this.conns.add(conn);
     const decoder = new FrameDecoder();
     sock.on("data", (chunk: Buffer) => {
@@ -165,6 +167,10 @@ export class StoreServer {
     for (const w of conn.waiters) this.unpark(w);
     conn.waiters.clear();
     conn.watches.clear();
+    // NB: a worker that dies without leaving must not stay a member: its ephemeral claims go with
+    // its store connection (watchers see "delete"), unless someone has replaced the value since.
+    for (const [k, v] of conn.ephemeral) if (this.data.get(k) === v) this.delete(k);
+    conn.ephemeral.clear();
   }
 
   private reply(conn: Conn, op: Op, id: number, fields: readonly Field[]): void {
@@ -207,11 +213,14 @@ export class StoreServer {
         }
         case Op.CAS: {
           const k = key();
-          const [, expected, desired, absentFlag] = f.fields;
+          const [, expected, desired, absentFlag, ephemeralFlag] = f.fields;
           if (!expected || !desired || !absentFlag) throw new ProtocolError("CAS lacks fields");
           const cur = this.data.get(k);
           const matches = absentFlag.toString() === "1" ? cur === undefined : cur !== undefined && cur.equals(expected);
-          if (matches) this.set(k, desired);
+          if (matches) {
+            this.set(k, desired);
+            if (ephemeralFlag?.toString() === "1") conn.ephemeral.set(k, desired);
+          }
           const after = this.data.get(k);
           return this.reply(conn, Op.OK, f.id, after === undefined ? [] : [after]);
         }
