@@ -234,6 +234,9 @@ export class Agent implements RRefHost {
   ) {
     this.registry.register("__tprpcRRefCall", rrefMethodCall);
     setCurrentHost(this);
+    // NB: a worker that leaves (or dies: its store claims are ephemeral) fails our calls to it now,
+    // not at their timeouts.
+    membership.onLeave((w) => this.workerLeft(w.name));
     listener.onConnection((conn) => {
       const peer = new Peer(
         conn.remote,
@@ -418,6 +421,14 @@ export class Agent implements RRefHost {
       void send(this.codeCache.outgoing(to, full));
     } else void send(null);
     return done;
+  }
+
+  /** A member left the group: reject what we wait on from it (its pipe closes on its own). */
+  private workerLeft(name: string): void {
+    debug(1, "rpc", `worker "${name}" left the group`);
+    for (const [id, p] of this.pending)
+      if (p.peer === name)
+        this.settle(id, new WorkerUnavailableError(`worker "${name}" left the group before replying`, name));
   }
 
   /**

@@ -63,7 +63,9 @@ describe("dynamic membership", () => {
     // worker2 joined after worker1 and still knows it, and can call it
     const seen = await rpc.rpcSync<string[]>("worker2", () => tprpc.rpc.workers().map((w) => w.name));
     expect(seen).toEqual(["master", "worker1", "worker2"]);
-    const viaWorker1 = await rpc.rpcSync("worker2", async () => tprpc.rpc.rpcSync("worker1", (a: number, b: number) => a + b, [10, 20]));
+    const viaWorker1 = await rpc.rpcSync("worker2", async () =>
+      tprpc.rpc.rpcSync("worker1", (a: number, b: number) => a + b, [10, 20]),
+    );
     expect(viaWorker1).toBe(30);
     // and worker1, which joined first, learned of worker2
     expect(await rpc.rpcSync<string[]>("worker1", () => tprpc.rpc.workers().map((w) => w.name))).toEqual([
