@@ -142,6 +142,23 @@ describe("StoreServer / StoreClient", () => {
     expect(seen.length).toBe(3);
   });
 
+  it("ephemeral compareSet claims go when their client's connection drops, unless replaced", async () => {
+    const s = await server();
+    const watcher = await client(s);
+    const events: string[] = [];
+    await watcher.watch("eph/", (e: StoreEvent) => events.push(`${e.kind} ${e.key}`));
+    const dying = await StoreClient.connect({ host: "127.0.0.1", port: s.port, secret: SECRET, timeoutMs: 5_000 });
+    await dying.compareSet("eph/a", null, "mine", { ephemeral: true });
+    await dying.compareSet("eph/b", null, "mine", { ephemeral: true });
+    await dying.compareSet("eph/keep", null, "plain");
+    await watcher.set("eph/b", "replaced"); // someone else's value now: must survive
+    dying.close();
+    await until(() => events.includes("delete eph/a"));
+    const left = await watcher.list("eph/");
+    expect([...left.keys()].sort()).toEqual(["eph/b", "eph/keep"]);
+    expect(left.get("eph/b")!.toString()).toBe("replaced");
+  });
+
   it("refuses a client with a wrong secret, and the server's data is unchanged", async () => {
     const logs: StoreLogEvent[] = [];
     const s = await server(logs);
