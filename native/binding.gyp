@@ -21,7 +21,12 @@
         "src/kernels/matmul.cc",
         "src/kernels/softmax.cc",
         "src/kernels/indexing.cc",
-        "src/kernels/copy.cc"
+        "src/kernels/copy.cc",
+        "src/channels/common.cc",
+        "src/channels/shm.cc",
+        "src/channels/cma.cc",
+        "src/channels/ucx.cc",
+        "src/channels/register.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "src", "<(openblas_inc)"],
       "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_CPP_EXCEPTIONS"],

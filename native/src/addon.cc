@@ -12,6 +12,7 @@ namespace tprpc {
 void RegisterErrors(Napi::Env env, Napi::Object exports);
 void RegisterDynlib(Napi::Env env, Napi::Object exports);
 void RegisterMemory(Napi::Env env, Napi::Object exports);
+void RegisterChannels(Napi::Env env, Napi::Object exports);
 }  // namespace tprpc
 
 static Napi::Value GetNumThreads(const Napi::CallbackInfo& info) {
@@ -48,6 +49,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   tprpc::RegisterSoftmax(env, exports);
   tprpc::RegisterIndexing(env, exports);
   tprpc::RegisterCopy(env, exports);
+  tprpc::RegisterChannels(env, exports);
   return exports;
 }
 

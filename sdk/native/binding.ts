@@ -143,6 +143,8 @@ export interface NativeBinding {
   sharedMemory(buffer: ArrayBuffer | ArrayBufferView): NativeSharedMemory | null;
   /** Address of the first byte (debugging and alignment tests). */
   addressOf(buffer: ArrayBuffer | ArrayBufferView): number;
+  /** The native channels' namespace (shm, cma, ucx); typed in ./channels.ts, use `nativeChannels()` from there. */
+  channels(): unknown;
 }
 
 type RawBinding = Record<string, unknown>;
@@ -177,6 +179,7 @@ export const NATIVE_FUNCTIONS = [
   "setPoolLimit",
   "sharedMemory",
   "addressOf",
+  "channels",
 ] as const satisfies readonly (keyof NativeBinding)[];
 
 /** Errors the addon raises with name "NativeError" become the sdk's NativeError; others pass through. */

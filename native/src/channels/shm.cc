@@ -1,0 +1,746 @@
+// The shm channel's data path: two single-producer/single-consumer byte rings
+// in shared memory (one per direction) between two processes on one host.
+//
+// Nothing is named in /dev/shm: each ring is a memfd handed to the peer over an
+// abstract unix socket (SCM_RIGHTS) and closed right after mapping, so a ring
+// dies with the last process that maps it, whatever way that process ends. The
+// socket stays open only to notice the peer's death (EOF / POLLHUP).
+//
+// Connection (both sides, on a libuv worker thread):
+//  1. The listener binds "\0tprpc-shm-<pid>-<random>" (shmListen, JS thread) and
+//     sends that name to the peer over the pipe's control connection.
+//  2. The peer connects (shmConnect); the listener accepts one connection and
+//     closes its listening socket.
+//  3. Each side creates its outgoing ring (memfd, mapped pre-faulted), sends
+//     Hello{magic, version, pid, ring bytes} with the memfd attached, reads the
+//     peer's Hello and memfd, maps it as its incoming ring and closes both fds.
+//  4. Each side checks SO_PEERCRED: the socket's peer must be the pid the
+//     (authenticated) control connection announced, so no other local process
+//     can slip into the channel.
+//
+// Transfer (send(id, bytes) / recv(id, dest), any order of calls):
+//  1. The sender thread writes records [id u64][length u64][bytes] into the
+//     outgoing ring in send() order, in chunks, publishing `head` after each, so
+//     the receiver copies out while the sender still copies in.
+//  2. The receiver thread reads the next record header, waits until JS posted a
+//     recv() for that id (the control message naming it may still be on its
+//     way), and copies the bytes into the posted buffer.
+//  3. Sleeping sides wait on futexes in the ring header; the other side wakes
+//     them only when their `waiting` flag is set (no syscall on the fast path).
+//  4. Peer death: the watcher thread sees EOF on the socket and sets peer_gone;
+//     a sender fails at once, a receiver after draining what the peer wrote.
+//
+// Threads: JS thread (calls, close), one sender, one receiver and one watcher
+// thread per channel. Promises settle on the JS thread (channels/common.h).
+#include <errno.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "channels/common.h"
+
+namespace tprpc {
+namespace channels {
+namespace {
+
+constexpr uint64_t kMagic = 0x31474e4952707274ull;  // "tprRING1"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderBytes = 4096;
+constexpr uint64_t kChunk = 1 << 20;   // publish granularity: the receiver starts copying after 1 MiB
+constexpr int kWaitMs = 20;            // futex timeout: how often a sleeping thread rechecks close/peer death
+constexpr uint64_t kDefaultRing = 64ull << 20;
+
+struct RingHeader {
+  alignas(64) std::atomic<uint64_t> head;  // bytes written in total (producer)
+  std::atomic<uint32_t> data_seq;          // futex: bumped by the producer after publishing
+  std::atomic<uint32_t> consumer_waiting;
+  alignas(64) std::atomic<uint64_t> tail;  // bytes consumed in total (consumer)
+  std::atomic<uint32_t> space_seq;         // futex: bumped by the consumer after consuming
+  std::atomic<uint32_t> producer_waiting;
+  alignas(64) uint64_t magic;
+  uint64_t capacity;
+};
+static_assert(sizeof(RingHeader) <= kHeaderBytes, "ring header fits its page");
+
+struct Ring {
+  void* base = nullptr;
+  size_t mapped = 0;
+  RingHeader* h = nullptr;
+  char* data = nullptr;
+  uint64_t cap = 0;
+
+  void Unmap() {
+    if (base != nullptr) munmap(base, mapped);
+    base = nullptr;
+  }
+};
+
+struct Hello {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t pid;
+  uint64_t ring_bytes;
+};
+
+uint64_t RingBytesFromEnv() {
+  const char* v = std::getenv("TPRPC_SHM_RING_BYTES");
+  uint64_t n = kDefaultRing;
+  if (v != nullptr && *v != '\0') n = std::strtoull(v, nullptr, 10);
+  n = std::max<uint64_t>(n, 1 << 16);
+  uint64_t p = 1;
+  while (p < n) p <<= 1;  // power of two: positions wrap with a mask
+  return p;
+}
+
+// Maps a ring of `cap` data bytes from `fd`; initializes the header when `init`.
+bool MapRing(int fd, uint64_t cap, bool init, Ring* r, std::string* why) {
+  size_t bytes = kHeaderBytes + cap;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) {
+    *why = "could not map a shm ring of " + std::to_string(bytes) + " bytes";
+    return false;
+  }
+  r->base = p;
+  r->mapped = bytes;
+  r->h = static_cast<RingHeader*>(p);
+  r->data = static_cast<char*>(p) + kHeaderBytes;
+  r->cap = cap;
+  if (init) {
+    new (r->h) RingHeader();
+    r->h->head.store(0);
+    r->h->tail.store(0);
+    r->h->data_seq.store(0);
+    r->h->space_seq.store(0);
+    r->h->consumer_waiting.store(0);
+    r->h->producer_waiting.store(0);
+    r->h->magic = kMagic;
+    r->h->capacity = cap;
+  } else if (r->h->magic != kMagic || r->h->capacity != cap) {
+    *why = "the peer's shm ring has a foreign header (a different tprpc version?)";
+    r->Unmap();
+    return false;
+  }
+  return true;
+}
+
+// Everything a connected channel needs; filled on a worker thread by the handshake.
+struct Connected {
+  int sock = -1;
+  int peer_pid = 0;
+  Ring out, in;
+};
+
+bool WaitFd(int fd, short events, int64_t deadline_ms, Outcome* o, const char* what) {
+  for (;;) {
+    int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count();
+    int left = deadline_ms < 0 ? -1 : static_cast<int>(std::max<int64_t>(0, deadline_ms - now));
+    struct pollfd p = {fd, events, 0};
+    int n = poll(&p, 1, left);
+    if (n > 0) return true;
+    if (n == 0) {
+      *o = Outcome::Fail("ETIMEDOUT", ETIMEDOUT, std::string("shm channel: timed out ") + what);
+      return false;
+    }
+    if (errno != EINTR) {
+      *o = Outcome::Fail("ESHM", errno, std::string("shm channel: poll failed ") + what);
+      return false;
+    }
+  }
+}
+
+int64_t DeadlineMs(double timeout_ms) {
+  if (!(timeout_ms > 0)) return -1;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+             .count() +
+         static_cast<int64_t>(timeout_ms);
+}
+
+// Steps 3-4 of the connection story, on a worker thread. Takes ownership of `sock`.
+Outcome Handshake(int sock, int expected_pid, int64_t deadline, Connected* c) {
+  Outcome o;
+  uint64_t cap = RingBytesFromEnv();
+  int memfd = memfd_create("tprpc-shm-ring", MFD_CLOEXEC);
+  std::string why;
+  if (memfd < 0) {
+    o = Outcome::Fail("EMFD", errno, "shm channel: memfd_create failed for a ring");
+  } else if (ftruncate(memfd, static_cast<off_t>(kHeaderBytes + cap)) != 0) {
+    o = Outcome::Fail("ENOMEM", errno,
+                      "shm channel: could not size a " + std::to_string(cap) +
+                          "-byte ring; lower TPRPC_SHM_RING_BYTES or raise the memory limit");
+  } else if (!MapRing(memfd, cap, true, &c->out, &why)) {
+    o = Outcome::Fail("ENOMEM", errno, "shm channel: " + why);
+  }
+  if (o.ok) {
+    Hello hello = {kMagic, kVersion, static_cast<uint32_t>(getpid()), cap};
+    struct iovec iov = {&hello, sizeof hello};
+    char ctrl[CMSG_SPACE(sizeof(int))] = {};
+    struct msghdr msg = {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    struct cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &memfd, sizeof(int));
+    if (sendmsg(sock, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof hello))
+      o = Outcome::Fail("ECONNRESET", errno, "shm channel: could not send the ring to the peer");
+  }
+  if (memfd >= 0) close(memfd);  // NB: the mapping (ours, and the peer's once it maps) keeps the ring alive.
+  Hello peer = {};
+  int peer_fd = -1;
+  if (o.ok && WaitFd(sock, POLLIN, deadline, &o, "waiting for the peer's ring")) {
+    struct iovec iov = {&peer, sizeof peer};
+    char ctrl[CMSG_SPACE(sizeof(int))] = {};
+    struct msghdr msg = {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    for (struct cmsghdr* cm = CMSG_FIRSTHDR(&msg); n > 0 && cm != nullptr; cm = CMSG_NXTHDR(&msg, cm))
+      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) std::memcpy(&peer_fd, CMSG_DATA(cm), sizeof(int));
+    if (n != static_cast<ssize_t>(sizeof peer) || peer_fd < 0)
+      o = Outcome::Fail("ECONNRESET", n < 0 ? errno : 0, "shm channel: the peer closed before sending its ring");
+    else if (peer.magic != kMagic || peer.version != kVersion)
+      o = Outcome::Fail("EPROTO", 0, "shm channel: the peer speaks another ring protocol (mixed tprpc versions?)");
+  }
+  if (o.ok) {
+    struct ucred cred = {};
+    socklen_t len = sizeof cred;
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+      o = Outcome::Fail("ESHM", errno, "shm channel: SO_PEERCRED failed");
+    else if (expected_pid > 0 && cred.pid != expected_pid)
+      o = Outcome::Fail("EPERM", 0,
+                        "shm channel: process " + std::to_string(cred.pid) + " answered instead of the expected peer " +
+                            std::to_string(expected_pid) + "; the channel was refused");
+    else if (peer.pid != static_cast<uint32_t>(cred.pid))
+      o = Outcome::Fail("EPERM", 0, "shm channel: the peer's Hello names another pid than its socket");
+  }
+  if (o.ok && !MapRing(peer_fd, peer.ring_bytes, false, &c->in, &why)) o = Outcome::Fail("ENOMEM", errno, "shm channel: " + why);
+  if (peer_fd >= 0) close(peer_fd);
+  if (!o.ok) {
+    c->out.Unmap();
+    c->in.Unmap();
+    close(sock);
+    return o;
+  }
+  c->sock = sock;
+  c->peer_pid = static_cast<int>(peer.pid);
+  return o;
+}
+
+std::string RandomName() {
+  std::random_device rd;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "tprpc-shm-%d-%08x%08x", static_cast<int>(getpid()), rd(), rd());
+  return buf;
+}
+
+socklen_t AbstractAddress(const std::string& name, struct sockaddr_un* addr) {
+  std::memset(addr, 0, sizeof *addr);
+  addr->sun_family = AF_UNIX;
+  size_t n = std::min(name.size(), sizeof(addr->sun_path) - 1);
+  std::memcpy(addr->sun_path + 1, name.data(), n);  // NB: sun_path[0] == 0: abstract namespace, no file
+  return static_cast<socklen_t>(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A connected channel: rings, threads and queues. Shared by the JS object and its threads.
+
+struct SendJob {
+  uint64_t id;
+  const char* data;
+  uint64_t length;
+  Completer::Job* job;
+};
+
+struct RecvJob {
+  char* data;
+  uint64_t length;
+  Completer::Job* job;
+};
+
+class ShmCore {
+ public:
+  ShmCore(const Connected& c, Completer* done) : c_(c), done_(done) {}
+
+  void Start() {
+    wake_fd_ = eventfd(0, EFD_CLOEXEC);
+    sender_ = std::thread([this] { SendLoop(); });
+    receiver_ = std::thread([this] { RecvLoop(); });
+    watcher_ = std::thread([this] { Watch(); });
+  }
+
+  // JS thread. False (and *why) when the channel can no longer take the call.
+  bool PostSend(const SendJob& j, Outcome* why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!Usable(why)) return false;
+    if (peer_gone_.load()) return *why = PeerGone(), false;
+    sends_.push_back(j);
+    cv_.notify_all();
+    return true;
+  }
+
+  bool PostRecv(uint64_t id, const RecvJob& j, Outcome* why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!Usable(why)) return false;
+    if (recvs_.count(id) != 0) {
+      *why = Outcome::Fail("EINVAL", 0, "shm channel: recv(" + std::to_string(id) + ") is already posted");
+      return false;
+    }
+    recvs_.emplace(id, j);
+    cv_.notify_all();
+    return true;
+  }
+
+  // JS thread, idempotent: stops the threads, rejects what is still queued, unmaps the rings.
+  void Close(Napi::Env env) {
+    if (closed_) return;
+    closed_ = true;
+    closing_.store(true);
+    uint64_t one = 1;
+    if (write(wake_fd_, &one, sizeof one) < 0) {
+      // NB: cannot fail for an eventfd below its maximum; the threads also poll closing_.
+    }
+    WakeAll();
+    sender_.join();
+    receiver_.join();
+    watcher_.join();
+    Outcome closed = Outcome::Fail("ECHANNELCLOSED", 0, "shm channel: closed before the transfer finished");
+    for (auto& j : sends_) done_->Settle(env, j.job, closed);
+    for (auto& kv : recvs_) done_->Settle(env, kv.second.job, broken_.ok ? closed : broken_);
+    sends_.clear();
+    recvs_.clear();
+    done_->Release();
+    close(c_.sock);
+    close(wake_fd_);
+    c_.out.Unmap();
+    c_.in.Unmap();
+  }
+
+  int peer_pid() const { return c_.peer_pid; }
+  uint64_t ring_bytes() const { return c_.out.cap; }
+  Completer* completer() const { return done_; }
+
+ private:
+  bool Usable(Outcome* why) {
+    if (closing_.load()) {
+      *why = Outcome::Fail("ECHANNELCLOSED", 0, "shm channel: closed; open a new pipe");
+      return false;
+    }
+    if (!broken_.ok) {
+      *why = broken_;
+      return false;
+    }
+    return true;
+  }
+
+  Outcome PeerGone() const {
+    return Outcome::Fail("ECONNRESET", ECONNRESET,
+                         "shm channel: peer process " + std::to_string(c_.peer_pid) +
+                             " closed the channel (exited or crashed) during a transfer");
+  }
+
+  void WakeAll() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+    }
+    c_.out.h->space_seq.fetch_add(1);
+    FutexWake(&c_.out.h->space_seq, 1 << 30);
+    c_.in.h->data_seq.fetch_add(1);
+    FutexWake(&c_.in.h->data_seq, 1 << 30);
+  }
+
+  // Producer side: copies n bytes into the outgoing ring, publishing every kChunk.
+  bool Write(const char* src, uint64_t n, Outcome* o) {
+    Ring& r = c_.out;
+    RingHeader* h = r.h;
+    uint64_t head = h->head.load(std::memory_order_relaxed);
+    while (n > 0) {
+      uint64_t tail = h->tail.load(std::memory_order_acquire);
+      uint64_t free = r.cap - (head - tail);
+      if (free == 0) {
+        if (closing_.load()) return *o = Outcome::Fail("ECHANNELCLOSED", 0, "shm channel: closed during a send"), false;
+        if (peer_gone_.load()) return *o = PeerGone(), false;
+        h->producer_waiting.store(1);
+        uint32_t seq = h->space_seq.load();
+        if (r.cap - (head - h->tail.load()) == 0) FutexWait(&h->space_seq, seq, kWaitMs);
+        h->producer_waiting.store(0);
+        continue;
+      }
+      uint64_t chunk = std::min({n, free, kChunk});
+      uint64_t pos = head & (r.cap - 1);
+      uint64_t first = std::min(chunk, r.cap - pos);
+      std::memcpy(r.data + pos, src, first);
+      if (chunk > first) std::memcpy(r.data, src + first, chunk - first);
+      head += chunk;
+      src += chunk;
+      n -= chunk;
+      h->head.store(head, std::memory_order_release);
+      h->data_seq.fetch_add(1);
+      if (h->consumer_waiting.load()) FutexWake(&h->data_seq, 1);
+    }
+    return true;
+  }
+
+  // Consumer side: copies n bytes out of the incoming ring (dst may be null: discard).
+  bool Read(char* dst, uint64_t n, Outcome* o) {
+    Ring& r = c_.in;
+    RingHeader* h = r.h;
+    uint64_t tail = h->tail.load(std::memory_order_relaxed);
+    while (n > 0) {
+      bool gone = peer_gone_.load(std::memory_order_acquire);  // NB: before head: the peer's last bytes count
+      uint64_t head = h->head.load(std::memory_order_acquire);
+      uint64_t avail = head - tail;
+      if (avail == 0) {
+        if (closing_.load()) return *o = Outcome::Fail("ECHANNELCLOSED", 0, "shm channel: closed during a recv"), false;
+        if (gone) return *o = PeerGone(), false;
+        h->consumer_waiting.store(1);
+        uint32_t seq = h->data_seq.load();
+        if (h->head.load() == tail) FutexWait(&h->data_seq, seq, kWaitMs);
+        h->consumer_waiting.store(0);
+        continue;
+      }
+      uint64_t chunk = std::min({n, avail, kChunk});
+      uint64_t pos = tail & (r.cap - 1);
+      uint64_t first = std::min(chunk, r.cap - pos);
+      if (dst != nullptr) {
+        std::memcpy(dst, r.data + pos, first);
+        if (chunk > first) std::memcpy(dst + first, r.data, chunk - first);
+        dst += chunk;
+      }
+      tail += chunk;
+      n -= chunk;
+      h->tail.store(tail, std::memory_order_release);
+      h->space_seq.fetch_add(1);
+      if (h->producer_waiting.load()) FutexWake(&h->space_seq, 1);
+    }
+    return true;
+  }
+
+  // Sender thread.
+  void SendLoop() {
+    for (;;) {
+      SendJob j;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return closing_.load() || !sends_.empty(); });
+        if (closing_.load()) return;
+        j = sends_.front();
+        sends_.pop_front();
+      }
+      uint64_t rec[2] = {j.id, j.length};
+      Outcome o;
+      if (Write(reinterpret_cast<const char*>(rec), sizeof rec, &o)) Write(j.data, j.length, &o);
+      done_->Finish(j.job, o);
+      if (!o.ok) Break(o);
+    }
+  }
+
+  // Receiver thread.
+  void RecvLoop() {
+    for (;;) {
+      uint64_t rec[2];
+      Outcome o;
+      if (!Read(reinterpret_cast<char*>(rec), sizeof rec, &o)) return Break(o);
+      RecvJob j;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        // NB: not woken by peer death: the peer may have written everything and exited;
+        // the recv() naming this record is still on its way over the control connection.
+        cv_.wait(lock, [&] { return closing_.load() || recvs_.count(rec[0]) != 0; });
+        if (closing_.load()) return;
+        auto it = recvs_.find(rec[0]);
+        j = it->second;
+        recvs_.erase(it);
+      }
+      if (j.length != rec[1]) {
+        Outcome bad = Outcome::Fail("EPROTO", 0,
+                                    "shm channel: transfer " + std::to_string(rec[0]) + " carries " +
+                                        std::to_string(rec[1]) + " bytes but recv() posted a buffer of " +
+                                        std::to_string(j.length));
+        done_->Finish(j.job, bad);
+        if (!Read(nullptr, rec[1], &o)) return Break(o);
+        continue;
+      }
+      Read(j.data, j.length, &o);
+      done_->Finish(j.job, o);
+      if (!o.ok) return Break(o);
+    }
+  }
+
+  // A thread hit a fatal error: every queued and future call fails with it.
+  void Break(const Outcome& o) {
+    std::deque<SendJob> sends;
+    std::unordered_map<uint64_t, RecvJob> recvs;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closing_.load()) return;  // Close() settles what is queued
+      if (broken_.ok) broken_ = o;
+      sends.swap(sends_);
+      recvs.swap(recvs_);
+    }
+    for (auto& j : sends) done_->Finish(j.job, broken_);
+    for (auto& kv : recvs) done_->Finish(kv.second.job, broken_);
+  }
+
+  // Watcher thread: any readability of the socket after the handshake is the peer's end.
+  void Watch() {
+    struct pollfd p[2] = {{c_.sock, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    for (;;) {
+      int n = poll(p, 2, -1);
+      if (n < 0 && errno == EINTR) continue;
+      if (closing_.load() || (p[1].revents & POLLIN)) return;
+      if (n > 0 && p[0].revents != 0) {
+        peer_gone_.store(true, std::memory_order_release);
+        WakeAll();
+        // The receiver fails once it drained the ring; the sender fails at its next wait.
+        // Posted recvs that will never see a record are failed here, when nothing is in flight.
+        std::deque<SendJob> sends;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (closing_.load()) return;
+          sends.swap(sends_);
+          if (broken_.ok && sends.size() > 0) broken_ = PeerGone();
+        }
+        for (auto& j : sends) done_->Finish(j.job, PeerGone());
+        return;
+      }
+    }
+  }
+
+  Connected c_;
+  Completer* done_;
+  int wake_fd_ = -1;
+  std::thread sender_, receiver_, watcher_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<SendJob> sends_;
+  std::unordered_map<uint64_t, RecvJob> recvs_;
+  Outcome broken_;  // !ok once a fatal error happened (guarded by mu_)
+  std::atomic<bool> closing_{false}, peer_gone_{false};
+  bool closed_ = false;  // JS thread
+};
+
+// ---------------------------------------------------------------------------------------------
+// JS objects.
+
+thread_local Napi::FunctionReference* g_channel_ctor = nullptr;
+
+// JS: ShmChannel { send(id, bytes): Promise<number>, recv(id, dest): Promise<number>, close(),
+//                  readonly peerPid, readonly ringBytes }
+class ShmChannel : public Napi::ObjectWrap<ShmChannel> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    Napi::Function f = DefineClass(env, "ShmChannel",
+                                   {InstanceMethod<&ShmChannel::Send>("send"), InstanceMethod<&ShmChannel::Recv>("recv"),
+                                    InstanceMethod<&ShmChannel::Close>("close"),
+                                    InstanceAccessor<&ShmChannel::PeerPid>("peerPid"),
+                                    InstanceAccessor<&ShmChannel::RingBytes>("ringBytes"),
+                                    InstanceAccessor<&ShmChannel::Closed>("closed")});
+    g_channel_ctor = new Napi::FunctionReference(Napi::Persistent(f));
+    return f;
+  }
+
+  // JS thread: wraps a connected handshake result in a new JS object.
+  static Napi::Object Wrap(Napi::Env env, const Connected& c) {
+    Napi::Object o = g_channel_ctor->New({});
+    ShmChannel* self = Unwrap(o);
+    self->core_ = std::make_shared<ShmCore>(c, Completer::Create(env, "tprpc.shm"));
+    self->core_->Start();
+    self->Ref();  // NB: an open channel lives until close(), even when JS drops it (its threads use it)
+    return o;
+  }
+
+  explicit ShmChannel(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ShmChannel>(info) {}
+
+ private:
+  ShmCore* Live(Napi::Env env, const char* fn) {
+    if (!core_) throw Napi::Error::New(env, std::string("ShmChannel.") + fn + ": not connected (use shmConnect/accept)");
+    return core_.get();
+  }
+
+  Napi::Value Send(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    ShmCore* core = Live(env, "send");
+    double id = NumberArg(info, 0, "ShmChannel.send", "id");
+    Bytes b = BytesArg(info[1], "ShmChannel.send");
+    Napi::Value promise;
+    Completer::Job* job = core->completer()->Begin(env, info[1], &promise);
+    Outcome why;
+    if (closed_ || !core->PostSend({static_cast<uint64_t>(id), b.data, b.length, job}, &why))
+      core->completer()->Settle(env, job, closed_ ? Outcome::Fail("ECHANNELCLOSED", 0, "shm channel: closed") : why);
+    return promise;
+  }
+
+  Napi::Value Recv(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    ShmCore* core = Live(env, "recv");
+    double id = NumberArg(info, 0, "ShmChannel.recv", "id");
+    Bytes b = BytesArg(info[1], "ShmChannel.recv");
+    Napi::Value promise;
+    Completer::Job* job = core->completer()->Begin(env, info[1], &promise);
+    Outcome why;
+    if (closed_ || !core->PostRecv(static_cast<uint64_t>(id), {b.data, b.length, job}, &why))
+      core->completer()->Settle(env, job, closed_ ? Outcome::Fail("ECHANNELCLOSED", 0, "shm channel: closed") : why);
+    return promise;
+  }
+
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    if (core_ && !closed_) {
+      closed_ = true;
+      core_->Close(info.Env());
+      Unref();
+    }
+    return info.Env().Undefined();
+  }
+
+  Napi::Value PeerPid(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), core_ ? core_->peer_pid() : 0);
+  }
+  Napi::Value RingBytes(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), core_ ? static_cast<double>(core_->ring_bytes()) : 0);
+  }
+  Napi::Value Closed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), closed_); }
+
+  std::shared_ptr<ShmCore> core_;
+  bool closed_ = false;
+};
+
+// Worker for accept (listener side) and connect: the blocking steps run off the JS thread.
+class HandshakeWorker : public Napi::AsyncWorker {
+ public:
+  // listen_fd >= 0: accept on it (and close it); else connect to `name`.
+  HandshakeWorker(Napi::Env env, int listen_fd, std::string name, int expected_pid, double timeout_ms)
+      : Napi::AsyncWorker(env, "tprpc.shm.connect"),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        listen_fd_(listen_fd),
+        name_(std::move(name)),
+        expected_pid_(expected_pid),
+        deadline_(DeadlineMs(timeout_ms)) {}
+
+  Napi::Value Promise() { return deferred_.Promise(); }
+
+  void Execute() override {
+    int sock = -1;
+    if (listen_fd_ >= 0) {
+      if (WaitFd(listen_fd_, POLLIN, deadline_, &outcome_, "waiting for the peer to connect")) {
+        sock = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (sock < 0) outcome_ = Outcome::Fail("ECONNABORTED", errno, "shm channel: accept failed (listener closed?)");
+      }
+      close(listen_fd_);
+    } else {
+      sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      struct sockaddr_un addr;
+      socklen_t len = AbstractAddress(name_, &addr);
+      if (sock < 0 || connect(sock, reinterpret_cast<struct sockaddr*>(&addr), len) != 0) {
+        outcome_ = Outcome::Fail("ECONNREFUSED", errno,
+                                 "shm channel: could not reach the peer's socket @" + name_ +
+                                     " (is it on this host and in this network namespace?)");
+        if (sock >= 0) close(sock);
+        sock = -1;
+      }
+    }
+    if (sock >= 0) outcome_ = Handshake(sock, expected_pid_, deadline_, &connected_);
+  }
+
+  void OnOK() override {
+    Napi::Env env = Env();
+    if (!outcome_.ok) {
+      deferred_.Reject(ToJsError(env, outcome_).Value());
+      return;
+    }
+    deferred_.Resolve(ShmChannel::Wrap(env, connected_));
+  }
+
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  int listen_fd_;
+  std::string name_;
+  int expected_pid_;
+  int64_t deadline_;
+  Outcome outcome_;
+  Connected connected_;
+};
+
+// shmListen() -> { name, accept(expectedPid, timeoutMs): Promise<ShmChannel>, close() }
+// One peer per listener: accept() may be called once; close() before it frees the socket.
+Napi::Value ShmListen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string name = RandomName();
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un addr;
+  socklen_t len = AbstractAddress(name, &addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<struct sockaddr*>(&addr), len) != 0 || listen(fd, 1) != 0) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    throw ToJsError(env, Outcome::Fail("ESHM", err, "shm channel: could not listen on an abstract unix socket"));
+  }
+  auto state = std::make_shared<int>(fd);  // -1 once handed to accept() or closed
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("name", Napi::String::New(env, name));
+  o.Set("accept", Napi::Function::New(env, [state](const Napi::CallbackInfo& info) -> Napi::Value {
+          Napi::Env env = info.Env();
+          if (*state < 0) throw Napi::Error::New(env, "shm listener: accept() was already called, or close()");
+          int pid = static_cast<int>(NumberArg(info, 0, "accept", "expectedPid"));
+          double timeout = info.Length() > 1 && info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : 0;
+          auto* w = new HandshakeWorker(env, *state, "", pid, timeout);
+          *state = -1;
+          Napi::Value p = w->Promise();
+          w->Queue();
+          return p;
+        }));
+  o.Set("close", Napi::Function::New(env, [state](const Napi::CallbackInfo& info) -> Napi::Value {
+          if (*state >= 0) close(*state);
+          *state = -1;
+          return info.Env().Undefined();
+        }));
+  return o;
+}
+
+// shmConnect(name, expectedPid, timeoutMs): Promise<ShmChannel>
+Napi::Value ShmConnect(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "shmConnect(name, expectedPid, timeoutMs)");
+  int pid = static_cast<int>(NumberArg(info, 1, "shmConnect", "expectedPid"));
+  double timeout = info.Length() > 2 && info[2].IsNumber() ? info[2].As<Napi::Number>().DoubleValue() : 0;
+  auto* w = new HandshakeWorker(env, -1, info[0].As<Napi::String>().Utf8Value(), pid, timeout);
+  Napi::Value p = w->Promise();
+  w->Queue();
+  return p;
+}
+
+}  // namespace
+
+void RegisterShm(Napi::Env env, Napi::Object ns) {
+  ShmChannel::Define(env);
+  ns.Set("shmListen", Napi::Function::New(env, ShmListen));
+  ns.Set("shmConnect", Napi::Function::New(env, ShmConnect));
+  ns.Set("shmRingBytes", Napi::Number::New(env, static_cast<double>(RingBytesFromEnv())));
+}
+
+}  // namespace channels
+}  // namespace tprpc
