@@ -4,13 +4,15 @@
  * augmentation, as tfjs does for its chained ops. Importing sdk/autograd
  * (or "tprpc") runs this once.
  */
-import { AutogradError, DTypeError } from "../errors/index.js";
-import { type DType, isFloating } from "../tensor/dtype.js";
-import { Device, assertDeviceUsable } from "../tensor/device.js";
+import { AutogradError, DTypeError, DeviceError } from "../errors/index.js";
+import { type DType, DTYPES, isFloating } from "../tensor/dtype.js";
+import { Device, type DeviceLike } from "../tensor/device.js";
+import { toDevice } from "../tensor/device_copy.js";
 import { defaultGenerator, type Generator } from "../tensor/random.js";
 import * as raw from "../tensor/raw.js";
 import { Tensor, type GradHook } from "../tensor/tensor.js";
 import { backward } from "./engine.js";
+import { record } from "./function.js";
 import { inplace } from "./inplace.js";
 import type { Node } from "./node.js";
 import * as E from "./ops/elementwise.js";
@@ -113,8 +115,11 @@ declare module "../tensor/tensor.js" {
     gather(dim: number, index: Tensor): Tensor;
     scatterAdd(dim: number, index: Tensor, src: Tensor): Tensor;
 
-    /** Casts (float to float stays differentiable) and/or moves; cuda devices are refused until the GPU backend exists. */
-    to(dtypeOrDevice: DType | string | Device): Tensor;
+    /**
+     * Casts (float to float stays differentiable) or moves to a device ("cpu", "cuda:1", 1, a Device;
+     * differentiable: the gradient moves back). A CUDA device without a viable CUDA backend is a DeviceError.
+     */
+    to(dtypeOrDevice: DType | DeviceLike): Tensor;
     float(): Tensor;
     double(): Tensor;
     long(): Tensor;
@@ -123,7 +128,8 @@ declare module "../tensor/tensor.js" {
     half(): Tensor;
     bfloat16(): Tensor;
     cpu(): Tensor;
-    cuda(index?: number): Tensor;
+    /** A copy on CUDA device `device` (default cuda:0), as torch's .cuda(); DeviceError where CUDA is not viable. */
+    cuda(device?: number | string | Device): Tensor;
 
     backward(gradient?: Tensor, retainGraph?: boolean): void;
     /** Runs hook(grad) when this tensor's gradient is computed; a returned tensor replaces it. Returns a remover. */
@@ -400,11 +406,13 @@ Object.assign(P, {
     return I.scatterAdd(this, d, i, s);
   },
 
-  to(this: Tensor, target: DType | string | Device) {
-    if (target instanceof Device || target === "cpu" || String(target).startsWith("cuda")) {
-      const dev = Device.parse(target as string | Device);
-      assertDeviceUsable(dev);
-      return this;
+  to(this: Tensor, target: DType | DeviceLike) {
+    if (typeof target !== "string" || !(DTYPES as readonly string[]).includes(target)) {
+      const dev = Device.parse(target);
+      const from = this.device;
+      const out = toDevice(this, dev);
+      if (out === this) return out;
+      return record("ToCopyBackward0", out, [this], (g) => [toDevice(g, from)]);
     }
     return V.toDType(this, target as DType);
   },
@@ -430,10 +438,12 @@ Object.assign(P, {
     return V.toDType(this, "bfloat16");
   },
   cpu(this: Tensor) {
-    return this;
+    return this.to("cpu");
   },
-  cuda(this: Tensor, index = 0) {
-    return this.to(`cuda:${index}`);
+  cuda(this: Tensor, device: number | string | Device = 0) {
+    const d = Device.parse(device);
+    if (d.type !== "cuda") throw new DeviceError(`cuda() expects a CUDA device (an index or "cuda:N"), got '${d}'`);
+    return this.to(d);
   },
 
   backward(this: Tensor, gradient?: Tensor, retainGraph?: boolean) {

@@ -20,7 +20,7 @@
  */
 import { DTypeError, ValueError } from "../errors/index.js";
 import { noGrad } from "../autograd/grad_mode.js";
-import { Device, assertDeviceUsable } from "../tensor/device.js";
+import { Device, type DeviceLike, assertDeviceUsable } from "../tensor/device.js";
 import { type DType, DTYPES, isFloating } from "../tensor/dtype.js";
 import { Tensor } from "../tensor/tensor.js";
 import { Parameter } from "./parameter.js";
@@ -243,20 +243,25 @@ export abstract class Module<Args extends unknown[] = unknown[], Out = unknown> 
   }
 
   /**
-   * Casts floating point parameters and buffers to `dtype`, or checks a
-   * device ("cpu" is a no-op; cuda gives the tensor layer's DeviceError).
-   * NB: a cast replaces each Parameter by a new one (PyTorch swaps `.data`
-   * under the same object), so build optimizers after calling to().
+   * Casts floating point parameters and buffers to `dtype`, or moves every
+   * parameter and buffer to a device ("cpu", "cuda:1", 1, a Device; a CUDA
+   * device without a viable CUDA backend gives the tensor layer's DeviceError).
+   * NB: a cast or move replaces each Parameter by a new one (PyTorch swaps
+   * `.data` under the same object), so build optimizers after calling to().
    */
-  to(target: DType | string | Device): this {
-    if (target instanceof Device || !(DTYPES as readonly string[]).includes(target)) {
-      assertDeviceUsable(Device.parse(target));
-      return this;
+  to(target: DType | DeviceLike): this {
+    let change: (t: Tensor) => Tensor | null; // null: leave t as it is
+    if (typeof target !== "string" || !(DTYPES as readonly string[]).includes(target)) {
+      const device = Device.parse(target);
+      assertDeviceUsable(device);
+      change = (t) => (t.device.equals(device) ? null : noGrad(() => t.detach().to(device)));
+    } else {
+      const dtype = target as DType;
+      if (!isFloating(dtype))
+        throw new DTypeError(`Module.to() only accepts floating point dtypes, but got desired dtype=${dtype}`);
+      change = (t) => (isFloating(t.dtype) && t.dtype !== dtype ? noGrad(() => t.detach().to(dtype)) : null);
     }
-    const dtype = target as DType;
-    if (!isFloating(dtype))
-      throw new DTypeError(`Module.to() only accepts floating point dtypes, but got desired dtype=${dtype}`);
-    const cast = (t: Tensor): Tensor => (isFloating(t.dtype) ? noGrad(() => t.detach().to(dtype)) : t);
+    const cast = (t: Tensor): Tensor => change(t) ?? t;
     // NB: one replacement per tensor, so a weight shared by two modules (tied) stays shared.
     const done = new Map<Tensor, Tensor>();
     const convert = <T extends Tensor>(t: T, make: (t: T) => Tensor): Tensor => {
@@ -268,8 +273,9 @@ export abstract class Module<Args extends unknown[] = unknown[], Out = unknown> 
       const slots = m as unknown as Slots;
       for (const [name, p] of m.#ownParameters())
         slots[name] = convert(p, (p0) => {
-          if (!isFloating(p0.dtype)) return p0;
-          const q = new Parameter(cast(p0), p0.requiresGrad);
+          const data = change(p0);
+          if (data === null) return p0;
+          const q = new Parameter(data, p0.requiresGrad);
           q.grad = p0.grad ? cast(p0.grad) : null;
           return q;
         });

@@ -7,7 +7,8 @@
 import { ShapeError, ValueError } from "../errors/index.js";
 import { writerOf } from "./access.js";
 import { type DType, getDefaultDType, checkDType } from "./dtype.js";
-import { Device, assertDeviceUsable } from "./device.js";
+import { Device, type DeviceLike, assertDeviceUsable, cpu } from "./device.js";
+import { toDevice } from "./device_copy.js";
 import { defaultGenerator, type Generator } from "./random.js";
 import { contiguousStrides, numelOf, type Shape } from "./shape.js";
 import { Storage } from "./storage.js";
@@ -16,7 +17,8 @@ import { getBackend } from "./backend/registry.js";
 
 export interface TensorOptions {
   dtype?: DType;
-  device?: string | Device;
+  /** "cpu" (default), "cuda:N", N or a Device; a CUDA device needs a viable CUDA backend (DeviceError otherwise). */
+  device?: DeviceLike;
   requiresGrad?: boolean;
 }
 
@@ -28,14 +30,16 @@ type TypedInput = Float32Array | Float64Array | Int32Array | BigInt64Array | Uin
 export type TensorData = NestedArray<number | boolean> | TypedInput | Tensor;
 
 function finish(t: Tensor, opts: TensorOptions): Tensor {
+  const d = Device.parse(opts.device);
+  if (d.type !== "cpu") t = toDevice(t, d);
   if (opts.requiresGrad) t.requiresGrad_(true);
   return t;
 }
 
+/** Checks opts.device before any work and returns where values are built: the host (finish() moves them). */
 function resolveDevice(opts: TensorOptions): Device {
-  const d = Device.parse(opts.device);
-  assertDeviceUsable(d);
-  return d;
+  assertDeviceUsable(Device.parse(opts.device));
+  return cpu;
 }
 
 function fromFlat(values: ArrayLike<number>, shape: Shape, dtype: DType, device: Device): Tensor {
@@ -261,5 +265,5 @@ export function multinomial(probs: Tensor, numSamples: number, replacement = fal
     }
   }
   const shape = probs.ndim === 1 ? [numSamples] : [rows, numSamples];
-  return fromFlat(out, shape, "int64", resolveDevice(opts));
+  return finish(fromFlat(out, shape, "int64", resolveDevice(opts)), { device: opts.device });
 }

@@ -24,9 +24,10 @@ function floatFormatter(values: number[]): (v: number) => string {
   return (v) => (Number.isFinite(v) ? v.toFixed(4) : special(v));
 }
 
-export function formatTensor(t: Tensor): string {
-  const read = readerOf(t.storage);
-  const offs = offsets(t.shape, t.strides, t.offset);
+/** Formats `t`; `host` holds its values when `t` is on another device (a CPU copy of the same shape). */
+export function formatTensor(t: Tensor, host: Tensor = t): string {
+  const read = readerOf(host.storage);
+  const offs = offsets(host.shape, host.strides, host.offset);
   const summarize = offs.length > THRESHOLD;
   const floating = isFloating(t.dtype);
   const isBool = t.dtype === "bool";

@@ -1,11 +1,19 @@
 /**
- * A Storage is a flat typed array on one device plus a version counter that
- * every view of it shares (autograd uses it to detect in-place changes to
+ * A Storage is a flat array of one dtype on one device plus a version counter
+ * that every view of it shares (autograd uses it to detect in-place changes to
  * tensors saved for backward).
+ *
+ * A CPU storage holds a typed array (`data`). A storage on another device
+ * holds the DeviceMemory its device backend allocated (`memory`); its `data`
+ * throws a DeviceError, since host code cannot read device memory: copy it
+ * with `.cpu()` first (sdk/tensor/device_copy.ts moves bytes between devices).
  */
-import { type DType, type StorageArray, allocArray, allocArrayUninit } from "./dtype.js";
-import { type Device, cpu } from "./device.js";
+import { DeviceError } from "../errors/index.js";
+import { type DType, type StorageArray, allocArray, allocArrayUninit, itemSize } from "./dtype.js";
+import { type Device, assertDeviceUsable, cpu } from "./device.js";
 import { getBackend } from "./backend/registry.js";
+import { deviceBackendFor } from "./backend/devices.js";
+import type { DeviceMemory } from "./backend/interface.js";
 
 /** Storages at least this many elements long may come from the backend's allocator. */
 const LARGE = 1 << 14;
@@ -13,30 +21,71 @@ const LARGE = 1 << 14;
 export class Storage {
   /** Bumped by every in-place write through any view of this storage. */
   version = 0;
+  private readonly host: StorageArray | null;
+  /** The device memory behind a non-CPU storage; null on the CPU. */
+  readonly memory: DeviceMemory | null;
+  private readonly numel: number;
 
+  /** A CPU storage over `data` (the device argument must be the CPU; see Storage.onDevice). */
   constructor(
-    readonly data: StorageArray,
+    data: StorageArray,
     readonly dtype: DType,
     readonly device: Device = cpu,
-  ) {}
+  ) {
+    if (device.type !== "cpu")
+      throw new DeviceError(
+        `a host array cannot back a storage on '${device}': allocate it with Storage.alloc(dtype, numel, device)`,
+      );
+    this.host = data;
+    this.memory = null;
+    this.numel = data.length;
+  }
 
-  /** Zeroed storage; large ones come from the current backend's allocator when it has one. */
+  /** A storage over device memory (from a DeviceBackend); `numel` elements of `dtype`. */
+  static onDevice(memory: DeviceMemory, dtype: DType, numel: number): Storage {
+    if (numel * itemSize(dtype) > memory.byteLength)
+      throw new DeviceError(`${numel} ${dtype} elements do not fit in ${memory.byteLength} bytes of device memory`);
+    const s = Object.create(Storage.prototype) as Storage;
+    // NB: the constructor only builds CPU storages; device storages set the same fields here.
+    Object.assign(s, { version: 0, host: null, memory, numel, dtype, device: memory.device });
+    return s;
+  }
+
+  /** Zeroed storage; large CPU ones come from the current backend's allocator when it has one. */
   static alloc(dtype: DType, numel: number, device: Device = cpu): Storage {
+    if (device.type !== "cpu") return deviceAlloc(dtype, numel, device, true);
     const fromBackend = numel >= LARGE ? getBackend().allocArray?.(dtype, numel) : null;
     return new Storage(fromBackend ?? allocArray(dtype, numel), dtype, device);
   }
 
   /** Storage whose contents are undefined, for kernel outputs that overwrite every element. */
   static allocUninit(dtype: DType, numel: number, device: Device = cpu): Storage {
+    if (device.type !== "cpu") return deviceAlloc(dtype, numel, device, false);
     const fromBackend = numel >= LARGE ? getBackend().allocArray?.(dtype, numel) : null;
     return new Storage(fromBackend ?? allocArrayUninit(dtype, numel), dtype, device);
   }
 
+  /** The elements, for CPU storages; a DeviceError for storages on other devices. */
+  get data(): StorageArray {
+    if (this.host === null)
+      throw new DeviceError(
+        `this tensor's data is on '${this.device}', which host code cannot read: call .cpu() first ` +
+          "(kernels for tensors on CUDA devices are not part of this build)",
+      );
+    return this.host;
+  }
+
   get length(): number {
-    return this.data.length;
+    return this.numel;
   }
 
   get byteLength(): number {
-    return this.data.byteLength;
+    return this.numel * itemSize(this.dtype);
   }
+}
+
+function deviceAlloc(dtype: DType, numel: number, device: Device, zero: boolean): Storage {
+  assertDeviceUsable(device);
+  const mem = deviceBackendFor(device.type)!.alloc(device, numel * itemSize(dtype), zero);
+  return Storage.onDevice(mem, dtype, numel);
 }

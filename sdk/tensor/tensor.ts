@@ -26,6 +26,14 @@ export type NestedArray<T> = T | NestedArray<T>[];
 
 let nextId = 1;
 
+/** A CPU copy of a tensor on another device; installed by ./device_copy.ts (NB: avoids an import cycle). */
+let hostCopy: ((t: Tensor) => Tensor) | null = null;
+
+/** @internal */
+export function setHostCopy(f: (t: Tensor) => Tensor): void {
+  hostCopy = f;
+}
+
 export class Tensor {
   /** A process-unique id (stable map keys for distributed autograd, debugging). */
   readonly id: number = nextId++;
@@ -119,17 +127,24 @@ export class Tensor {
     return this;
   }
 
+  /** This tensor, or a CPU copy when it lives on another device (for reading values on the host). */
+  private onHost(): Tensor {
+    return this.storage.memory === null || hostCopy === null ? this : hostCopy(this);
+  }
+
   /** The value of a one-element tensor as a JS number (bool tensors give 1 or 0; tolist() gives booleans). */
   item(): number {
     if (this.numel() !== 1)
       throw new ValueError(`a Tensor with ${this.numel()} elements cannot be converted to a scalar`);
-    return readerOf(this.storage)(this.offset);
+    const h = this.onHost();
+    return readerOf(h.storage)(h.offset);
   }
 
   /** Nested arrays of numbers (booleans for bool tensors), as torch's tolist(). */
   tolist(): NestedArray<number | boolean> {
-    const read = readerOf(this.storage);
-    const offs = offsets(this.shape, this.strides, this.offset);
+    const h = this.onHost();
+    const read = readerOf(h.storage);
+    const offs = offsets(h.shape, h.strides, h.offset);
     const isBool = this.dtype === "bool";
     let k = 0;
     const build = (d: number): NestedArray<number | boolean> => {
@@ -155,8 +170,9 @@ export class Tensor {
 
   /** The elements as plain numbers in row-major order (a copy). */
   toArray(): number[] {
-    const read = readerOf(this.storage);
-    return Array.from(offsets(this.shape, this.strides, this.offset), (o) => read(o));
+    const h = this.onHost();
+    const read = readerOf(h.storage);
+    return Array.from(offsets(h.shape, h.strides, h.offset), (o) => read(o));
   }
 
   /** Throws a DTypeError unless this tensor has dtype `d`. */
@@ -165,11 +181,11 @@ export class Tensor {
   }
 
   toString(): string {
-    return formatTensor(this);
+    return formatTensor(this, this.onHost());
   }
 
   [Symbol.for("nodejs.util.inspect.custom")](): string {
-    return formatTensor(this);
+    return formatTensor(this, this.onHost());
   }
 }
 

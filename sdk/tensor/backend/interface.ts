@@ -15,6 +15,7 @@
 import type { DType, StorageArray } from "../dtype.js";
 import type { Shape } from "../shape.js";
 import type { Storage } from "../storage.js";
+import type { Device, DeviceType } from "../device.js";
 
 /** The view of a tensor a kernel sees: no autograd, no methods. */
 export interface TensorView {
@@ -145,4 +146,49 @@ export interface Backend {
     mean: TensorView,
     rstd: TensorView,
   ): void;
+}
+
+/**
+ * Memory on a non-CPU device, as a DeviceBackend hands it out. The backend
+ * owns it: it is returned to the backend's allocator once this object is
+ * garbage collected (the CUDA backend keeps a caching allocator, as torch).
+ */
+export interface DeviceMemory {
+  /** The device holding the bytes ("cuda:N"). */
+  readonly device: Device;
+  readonly byteLength: number;
+  /** The backend's handle (for CUDA: the CUdeviceptr as a bigint). Opaque to the tensor layer. */
+  readonly handle: unknown;
+}
+
+/**
+ * A backend for one non-CPU device type: allocation and copies. The tensor
+ * layer moves tensors between devices only through this interface
+ * (`x.to("cuda:0")`, `.cuda()`, `.cpu()`), so the pure-TS test double in
+ * test/tensor/device.test.ts and the CUDA backend are interchangeable.
+ *
+ * Contract:
+ * 1. A backend is registered (registerDeviceBackend) only when it is viable;
+ *    when it is not, the loader records why (noteDeviceUnavailable) and using
+ *    the device gives a DeviceError carrying that reason.
+ * 2. Copies are synchronous from the caller's point of view: when one
+ *    returns, the destination holds the bytes (as torch's blocking copies).
+ * 3. Offsets and lengths are in bytes and lie within both buffers (the tensor
+ *    layer checks); backends throw DeviceError/NativeError on failure.
+ */
+export interface DeviceBackend {
+  /** The device type served ("cuda"). */
+  readonly type: Exclude<DeviceType, "cpu">;
+  /** Short name for diagnostics ("cuda-driver"). */
+  readonly name: string;
+  /** Number of devices of this type visible to the process (> 0 once registered). */
+  deviceCount(): number;
+  /** Fresh memory on `device`; contents undefined unless `zero`. */
+  alloc(device: Device, byteLength: number, zero: boolean): DeviceMemory;
+  /** dst[dstOffset .. dstOffset + src.byteLength) = src (host to device). */
+  copyFromHost(src: Uint8Array, dst: DeviceMemory, dstOffset: number): void;
+  /** dst = src[srcOffset .. srcOffset + dst.byteLength) (device to host). */
+  copyToHost(src: DeviceMemory, srcOffset: number, dst: Uint8Array): void;
+  /** Device to device, possibly across devices of this type (peer copy). */
+  copyDevice(src: DeviceMemory, srcOffset: number, dst: DeviceMemory, dstOffset: number, byteLength: number): void;
 }

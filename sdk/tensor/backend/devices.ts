@@ -1,0 +1,40 @@
+/**
+ * Device backends by device type (today only "cuda"). A backend registers
+ * itself only when it is viable; otherwise its loader notes why, and that
+ * reason reaches the user in the DeviceError for `x.to("cuda")`.
+ *
+ * NB: a separate file from ./registry.ts (the kernel backends), so that
+ * ../device.ts can import it without pulling in the TS backend (an import cycle).
+ */
+import type { DeviceType } from "../device.js";
+import type { DeviceBackend } from "./interface.js";
+
+const backends = new Map<DeviceType, DeviceBackend>();
+const reasons = new Map<DeviceType, string>();
+
+/** Makes `b` serve its device type (replacing any earlier one); call only when it is viable. */
+export function registerDeviceBackend(b: DeviceBackend): void {
+  backends.set(b.type, b);
+  reasons.delete(b.type);
+}
+
+/** Removes the backend for `type` (tests; a backend that became unusable), keeping `reason` for errors. */
+export function unregisterDeviceBackend(type: DeviceType, reason?: string): void {
+  backends.delete(type);
+  if (reason !== undefined) reasons.set(type, reason);
+}
+
+/** Records why no backend serves `type` here (e.g. "libcuda.so.1 not found ..."). */
+export function noteDeviceUnavailable(type: DeviceType, reason: string): void {
+  if (!backends.has(type)) reasons.set(type, reason);
+}
+
+/** The viable backend for `type`, or undefined. */
+export function deviceBackendFor(type: DeviceType): DeviceBackend | undefined {
+  return backends.get(type);
+}
+
+/** Why `type` has no backend here, when a loader said so. */
+export function deviceUnavailableReason(type: DeviceType): string | undefined {
+  return reasons.get(type);
+}
