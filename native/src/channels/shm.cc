@@ -295,7 +295,7 @@ class ShmCore {
   bool PostSend(const SendJob& j, Outcome* why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!Usable(why)) return false;
-    if (peer_gone_.load()) return *why = PeerGone(), false;
+    if (peer_gone_.load() || PeerHungUp()) return *why = PeerGone(), false;
     sends_.push_back(j);
     cv_.notify_all();
     return true;
@@ -353,6 +353,13 @@ class ShmCore {
       return false;
     }
     return true;
+  }
+
+  // JS thread: the socket shows the peer's end now (the watcher thread may not have run yet).
+  bool PeerHungUp() {
+    struct pollfd p = {c_.sock, POLLIN, 0};
+    if (poll(&p, 1, 0) == 1 && p.revents != 0) peer_gone_.store(true);
+    return peer_gone_.load();
   }
 
   Outcome PeerGone() const {

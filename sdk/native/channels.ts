@@ -1,0 +1,146 @@
+/**
+ * Typed wrapper of the addon's native channels (native/src/channels): the shm
+ * rings, cma reads and the UCX engine that sdk/channel/{shm,cma,ucx} build on.
+ * The addon is loaded by ./binding.ts only; this file types its `channels()`
+ * namespace and turns native rejections into the sdk's `NativeError` (with
+ * `code`, e.g. "ECONNRESET" when the peer died mid-transfer, and `errno`).
+ *
+ * Every transfer runs off the JS thread and returns a Promise; every `close()`
+ * is idempotent and fails what is still pending with code "ECHANNELCLOSED".
+ *
+ * @example
+ *   const ch = nativeChannels();
+ *   if (ch) {
+ *     const l = ch.shmListen();                      // send l.name to the peer
+ *     const conn = await l.accept(peerPid, 10_000);  // the peer: ch.shmConnect(name, ourPid, 10_000)
+ *     await conn.send(1, bytes);                     // the peer: conn.recv(1, dest)
+ *     conn.close();
+ *   }
+ */
+import { loadNative, toNativeError } from "./binding.js";
+
+/** One direction-pair of shm rings to one peer process. */
+export interface NativeShmChannel {
+  /** Queues `bytes` as transfer `id` (sent in call order); resolves once they are in the ring (the buffer may be reused). */
+  send(id: number, bytes: ArrayBufferView): Promise<void>;
+  /** Fills `dest` with transfer `id`; its length must match what the peer sent. */
+  recv(id: number, dest: ArrayBufferView): Promise<void>;
+  close(): void;
+  readonly closed: boolean;
+  readonly peerPid: number;
+  /** Bytes of each ring (TPRPC_SHM_RING_BYTES, rounded up to a power of two). */
+  readonly ringBytes: number;
+}
+
+/** A one-peer listener on an abstract unix socket (nothing on the file system). */
+export interface NativeShmListener {
+  /** Send this to the peer; it passes it to `shmConnect`. */
+  readonly name: string;
+  /** Waits for the peer, whose pid must be `expectedPid`; call once. */
+  accept(expectedPid: number, timeoutMs: number): Promise<NativeShmChannel>;
+  /** Frees the socket when accept() was never called; safe to call more than once. */
+  close(): void;
+}
+
+/** A word of this process that a peer reads to test cma (`cmaCheck`). */
+export interface NativeCmaProbe {
+  pid: number;
+  address: number;
+  value: number;
+}
+
+export interface NativeCmaCheck {
+  viable: boolean;
+  /** /proc/sys/kernel/yama/ptrace_scope, or -1 without Yama. */
+  yama: number;
+  code?: string;
+  errno?: number;
+  /** Why not viable, saying what to change. */
+  reason?: string;
+}
+
+export interface NativeChannels {
+  shmListen(): NativeShmListener;
+  shmConnect(name: string, expectedPid: number, timeoutMs: number): Promise<NativeShmChannel>;
+  readonly shmRingBytes: number;
+  cmaProbeWord(): NativeCmaProbe;
+  cmaCheck(pid: number, address: number, value: number): NativeCmaCheck;
+  /** Fills `dest` (its whole length) from `address` in process `pid`. */
+  cmaRead(pid: number, address: number, dest: ArrayBufferView): Promise<void>;
+}
+
+/** A native promise whose rejection becomes the sdk's NativeError. */
+function typed<T>(p: Promise<T>): Promise<T> {
+  return p.catch((e: unknown) => {
+    throw toNativeError(e);
+  });
+}
+
+function sync<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (e) {
+    throw toNativeError(e);
+  }
+}
+
+type RawShmChannel = {
+  send(id: number, b: ArrayBufferView): Promise<number>;
+  recv(id: number, b: ArrayBufferView): Promise<number>;
+  close(): void;
+  readonly closed: boolean;
+  readonly peerPid: number;
+  readonly ringBytes: number;
+};
+type RawShmListener = {
+  name: string;
+  accept(pid: number, timeoutMs: number): Promise<RawShmChannel>;
+  close(): void;
+};
+type RawChannels = {
+  shmListen(): RawShmListener;
+  shmConnect(name: string, pid: number, timeoutMs: number): Promise<RawShmChannel>;
+  shmRingBytes: number;
+  cmaProbeWord(): NativeCmaProbe;
+  cmaCheck(pid: number, address: number, value: number): NativeCmaCheck;
+  cmaRead(pid: number, address: number, dest: ArrayBufferView): Promise<number>;
+};
+
+function shmChannel(raw: RawShmChannel): NativeShmChannel {
+  return {
+    send: (id, b) => typed(sync(() => raw.send(id, b))).then(() => undefined),
+    recv: (id, b) => typed(sync(() => raw.recv(id, b))).then(() => undefined),
+    close: () => raw.close(),
+    get closed() {
+      return raw.closed;
+    },
+    peerPid: raw.peerPid,
+    ringBytes: raw.ringBytes,
+  };
+}
+
+let cached: NativeChannels | null | undefined;
+
+/** The native channels, or null when the addon is not loaded (then only the tcp channel is viable). */
+export function nativeChannels(): NativeChannels | null {
+  if (cached !== undefined) return cached;
+  const native = loadNative();
+  if (!native) return (cached = null);
+  const raw = native.channels() as RawChannels;
+  cached = {
+    shmListen() {
+      const l = sync(() => raw.shmListen());
+      return {
+        name: l.name,
+        accept: (pid, timeoutMs) => typed(sync(() => l.accept(pid, timeoutMs))).then(shmChannel),
+        close: () => l.close(),
+      };
+    },
+    shmConnect: (name, pid, timeoutMs) => typed(sync(() => raw.shmConnect(name, pid, timeoutMs))).then(shmChannel),
+    shmRingBytes: raw.shmRingBytes,
+    cmaProbeWord: () => sync(() => raw.cmaProbeWord()),
+    cmaCheck: (pid, address, value) => sync(() => raw.cmaCheck(pid, address, value)),
+    cmaRead: (pid, address, dest) => typed(sync(() => raw.cmaRead(pid, address, dest))).then(() => undefined),
+  };
+  return cached;
+}
