@@ -59,6 +59,9 @@ export const ALLOWED = {
   dist_autograd: RPC,
   dist_optim: [...RPC, "dist_autograd", "nn", "optim"],
   remote_module: [...RPC, "dist_autograd", "nn", "optim"],
+  // Notebook helpers: display renders tensors, progress and charts; cluster starts local workers.
+  display: TENSOR,
+  cluster: [...RPC, "display"],
   index: "*",
 };
 
