@@ -17,6 +17,15 @@ import { parseInitOptions, type RendezvousInitOptions, type WorkerInfo } from ".
 
 export type { CallOptions, WorkerInfo };
 export { addMessageHook, type MessageHook, type HookedMessageKind } from "./agent.js";
+// NB: installs the device-map message hook (after agent.js, whose hook list it joins).
+import "./device_map_hook.js";
+export {
+  RpcBackendOptions,
+  RpcBackendOptions as TensorPipeRpcBackendOptions,
+  DeviceMap,
+  type DeviceMapSpec,
+  type DeviceMapsSpec,
+} from "./device_map.js";
 export { startLocalWorkers, type LocalCluster } from "./launcher.js";
 export { RRef };
 

@@ -25,6 +25,7 @@ import {
   type Tensor,
 } from "../../sdk/index.js";
 import * as raw from "../../sdk/tensor/raw.js";
+import { HostBackedDevices } from "./device_double.js";
 
 describe("devices without a CUDA backend (this machine)", () => {
   it("parses cpu, cuda, cuda:N, N and Devices, and rejects the rest", () => {
@@ -67,41 +68,6 @@ describe("devices without a CUDA backend (this machine)", () => {
     expect(() => tensor([1]).cuda()).toThrow(/libcuda\.so\.1: cannot open shared object file \(test reason\)/);
   });
 });
-
-/** A DeviceBackend over host buffers that records every call (a test double, not a GPU). */
-class HostBackedDevices implements backend.DeviceBackend {
-  readonly type = "cuda" as const;
-  readonly name = "host-backed test double";
-  readonly calls: string[] = [];
-  constructor(private readonly count: number) {}
-  deviceCount(): number {
-    return this.count;
-  }
-  alloc(device: Device, byteLength: number, zero: boolean): backend.DeviceMemory {
-    this.calls.push(`alloc ${device} ${byteLength}`);
-    const bytes = new Uint8Array(byteLength);
-    if (!zero) bytes.fill(0xab); // NB: undefined contents must never show through
-    return { device, byteLength, handle: bytes };
-  }
-  copyFromHost(src: Uint8Array, dst: backend.DeviceMemory, dstOffset: number): void {
-    this.calls.push(`h2d ${dst.device} ${src.byteLength}`);
-    (dst.handle as Uint8Array).set(src, dstOffset);
-  }
-  copyToHost(src: backend.DeviceMemory, srcOffset: number, dst: Uint8Array): void {
-    this.calls.push(`d2h ${src.device} ${dst.byteLength}`);
-    dst.set((src.handle as Uint8Array).subarray(srcOffset, srcOffset + dst.byteLength));
-  }
-  copyDevice(
-    src: backend.DeviceMemory,
-    srcOffset: number,
-    dst: backend.DeviceMemory,
-    dstOffset: number,
-    n: number,
-  ): void {
-    this.calls.push(`d2d ${src.device}->${dst.device} ${n}`);
-    (dst.handle as Uint8Array).set((src.handle as Uint8Array).subarray(srcOffset, srcOffset + n), dstOffset);
-  }
-}
 
 describe("the DeviceBackend contract (host-backed test double with 2 devices)", () => {
   let dev: HostBackedDevices;

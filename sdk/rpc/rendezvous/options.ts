@@ -10,15 +10,26 @@
  * `initMethod: "tcp://host:port"` names the store directly; `"env://"` (the
  * default) reads MASTER_ADDR and MASTER_PORT, as PyTorch does.
  *
+ * Device maps (`deviceMaps`, `devices`; see ../device_map.ts) are validated
+ * here too: syntax, one-to-one, and that source devices exist on this machine.
+ *
  * The secret: rank 0 generates one when none is given (`secretGenerated`),
  * and whoever starts the other workers passes it on as TPRPC_SECRET; a worker
  * of rank > 0 without one cannot join, so that is an error here.
  */
 import { ValueError } from "../../errors/index.js";
 import { generateSecret } from "../../transport/auth.js";
+import { cuda, type Device } from "../../tensor/device.js";
+import {
+  type DeviceMap,
+  type DeviceMapInitOptions,
+  checkLocalDevices,
+  parseDeviceMaps,
+  parseDevices,
+} from "../device_map.js";
 
 /** The rendezvous part of `initRpc`'s options. */
-export interface RendezvousInitOptions {
+export interface RendezvousInitOptions extends DeviceMapInitOptions {
   rank?: number;
   /** Number of workers; undefined means dynamic membership (workers join and leave later). */
   worldSize?: number;
@@ -48,6 +59,10 @@ export interface InitConfig {
   secretGenerated: boolean;
   rpcTimeoutMs: number;
   initTimeoutMs: number;
+  /** Validated device maps, by callee (empty: CPU tensors only). */
+  deviceMaps: ReadonlyMap<string, DeviceMap>;
+  /** Local CUDA devices the agent uses (empty: those in the maps). */
+  devices: readonly Device[];
 }
 
 export const DEFAULT_RPC_TIMEOUT_MS = 60_000;
@@ -155,6 +170,11 @@ export function parseInitOptions(
   }
   if (typeof secret !== "string") throw new ValueError("options.secret must be a string");
 
+  const deviceMaps = parseDeviceMaps(name, options.deviceMaps);
+  const devices = parseDevices(options.devices);
+  if (deviceMaps.size > 0 || devices.length > 0)
+    checkLocalDevices(name, deviceMaps, devices, cuda.deviceCount(), cuda.unavailableReason());
+
   return {
     name,
     rank,
@@ -166,5 +186,7 @@ export function parseInitOptions(
     secretGenerated,
     rpcTimeoutMs: parseTimeout(options.rpcTimeoutMs, DEFAULT_RPC_TIMEOUT_MS, "rpcTimeoutMs", true),
     initTimeoutMs: parseTimeout(options.initTimeoutMs, DEFAULT_INIT_TIMEOUT_MS, "initTimeoutMs", false),
+    deviceMaps,
+    devices,
   };
 }

@@ -1,0 +1,82 @@
+/**
+ * Device maps between real processes on 127.0.0.1 (this process is the
+ * master; two `tprpc worker` processes), on a machine without CUDA:
+ * 1. the master's map for worker1 travels with each call and worker1 applies
+ *    it on receipt — here {cpu: cuda:0}, which worker1 cannot honour, so the
+ *    call fails with worker1's DeviceError naming the map (PyTorch would have
+ *    refused the map at init; tprpc checks targets on the callee);
+ * 2. worker2 (no map) gets CPU tensors as before, and replies come back;
+ * 3. a tensor on an unmapped device is refused before anything is sent
+ *    (the master holds one through the host-backed DeviceBackend double).
+ */
+import type { ChildProcess } from "node:child_process";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DeviceError, RemoteError, add, backend, rpc, tensor, type Tensor } from "../../sdk/index.js";
+import { freePort, startWorker } from "../e2e/workers.js";
+import { HostBackedDevices } from "../tensor/device_double.js";
+
+const SECRET = "device-map-secret-0123456789";
+
+describe("device maps between real processes", () => {
+  const children: ChildProcess[] = [];
+
+  beforeAll(async () => {
+    const port = await freePort();
+    children.push(
+      startWorker("worker1", 1, 3, port, { secret: SECRET }),
+      startWorker("worker2", 2, 3, port, { secret: SECRET }),
+    );
+    await rpc.initRpc("master", {
+      rank: 0,
+      worldSize: 3,
+      initMethod: `tcp://127.0.0.1:${port}`,
+      secret: SECRET,
+      initTimeoutMs: 20_000,
+      deviceMaps: { worker1: { cpu: "cuda:0" } },
+    });
+  }, 30_000);
+
+  afterAll(async () => {
+    await rpc.shutdown({ graceful: false, timeoutMs: 5_000 });
+    for (const c of children) if (c.exitCode === null) c.kill("SIGKILL");
+  });
+
+  it("applies the caller's map on the callee: a target device it lacks fails the call there", async () => {
+    const call = rpc.rpcSync("worker1", add, [tensor([1, 2], { dtype: "float32" }), 1], { timeoutMs: 10_000 });
+    const err = await call.then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(RemoteError);
+    expect((err as RemoteError).remoteName).toBe("DeviceError");
+    expect((err as RemoteError).workerName).toBe("worker1");
+    expect((err as Error).message).toMatch(
+      /worker "worker1" cannot place a tensor from "master" on cuda:0 \(the device map from "master" maps cpu to it\): device 'cuda:0' is not available/,
+    );
+    // a call without tensors is unaffected by the map
+    expect(await rpc.rpcSync("worker1", (a: number) => a * 2, [21], { timeoutMs: 10_000 })).toBe(42);
+  });
+
+  it("leaves CPU tensors on the CPU where no map is set, both ways", async () => {
+    const y = await rpc.rpcSync<Tensor>("worker2", add, [tensor([1, 2], { dtype: "float32" }), 1], {
+      timeoutMs: 10_000,
+    });
+    expect(y.device.toString()).toBe("cpu");
+    expect(y.toArray()).toEqual([2, 3]);
+  });
+
+  it("refuses a tensor on an unmapped device before sending, with PyTorch's guidance", async () => {
+    backend.registerDeviceBackend(new HostBackedDevices(2));
+    try {
+      const g = tensor([1], { device: "cuda:1" });
+      await expect(rpc.rpcSync("worker2", add, [g, 1])).rejects.toThrow(DeviceError);
+      await expect(rpc.rpcSync("worker1", add, [[g], 1])).rejects.toThrow(
+        /Request device mapping is not available for destination worker1 for device cuda:1 but received a tensor on that device: move your tensors to CPU/,
+      );
+    } finally {
+      backend.unregisterDeviceBackend("cuda", "test double removed");
+    }
+    // the pipes are fine afterwards
+    expect(await rpc.rpcSync("worker2", (a: number) => a + 1, [1], { timeoutMs: 10_000 })).toBe(2);
+  });
+});
