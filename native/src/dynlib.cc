@@ -63,7 +63,7 @@ const LibSpec kSpecs[static_cast<int>(Lib::Count)] = {
       "ucp_worker_create", "ucp_worker_destroy", "ucp_worker_get_address", "ucp_worker_release_address",
       "ucp_worker_progress", "ucp_worker_get_efd", "ucp_worker_arm", "ucp_ep_create", "ucp_ep_close_nbx",
       "ucp_tag_send_nbx", "ucp_tag_recv_nbx", "ucp_request_check_status", "ucp_request_free",
-      "ucs_status_string"}},
+      "ucs_status_string", "ucp_config_modify", "ucp_request_cancel"}},
 };
 
 struct Loaded {
