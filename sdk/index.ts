@@ -159,6 +159,8 @@ export * from "./errors/index.js";
 export * as nn from "./nn/index.js";
 
 export * as rpc from "./rpc/api.js";
+export * as cluster from "./cluster/index.js";
+export * as display from "./display/index.js";
 
 // Shipped code runs against this namespace on the callee (as `tprpc` and by its export names).
 setSdkNamespace(self);

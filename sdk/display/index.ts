@@ -1,0 +1,24 @@
+/**
+ * Notebook display helpers (`display` in "tprpc"): rich output for tensors and
+ * other objects, in-place progress bars and SVG line charts. Inside the tprpc
+ * kernel they render as Jupyter outputs; in a plain Node process they fall back
+ * to text.
+ */
+export {
+  type MimeBundle,
+  type RichDisplayable,
+  type DisplayOptions,
+  type DisplaySink,
+  type DisplayHandle,
+  MIME_BUNDLE,
+  setDisplaySink,
+  hasDisplaySink,
+  mimeBundle,
+  toBundle,
+  display,
+  html,
+  newDisplayId,
+} from "./sink.js";
+export { tensorHtml, tensorBundle } from "./tensor_table.js";
+export { Progress, progress, type ProgressOptions } from "./progress.js";
+export { LiveChart, chart, plot, lineChartSvg, lineChartBundle, type ChartOptions, type SeriesData } from "./chart.js";
