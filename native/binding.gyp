@@ -26,7 +26,8 @@
         "src/channels/shm.cc",
         "src/channels/cma.cc",
         "src/channels/ucx.cc",
-        "src/channels/register.cc"
+        "src/channels/register.cc",
+        "src/gpu/gpu.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "src", "<(openblas_inc)"],
       "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_CPP_EXCEPTIONS"],

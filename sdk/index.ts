@@ -9,6 +9,8 @@ import { setSdkNamespace } from "./rpc/api.js";
 import { loadNative } from "./native/binding.js";
 import { NativeBackend } from "./tensor/backend/native/index.js";
 import { registerBackend } from "./tensor/backend/registry.js";
+import { noteDeviceUnavailable } from "./tensor/backend/devices.js";
+import { cudaDevices, gpuLibrary } from "./native/gpu.js";
 import { arrayOver, itemSize } from "./tensor/dtype.js";
 
 // The native CPU backend becomes the default when the addon loads (TPRPC_BACKEND=ts keeps the
@@ -32,6 +34,15 @@ if (native) {
     { preferred: true },
   );
 }
+
+// CUDA tensors need a CUDA device backend, which this build lacks (issue 9, part B): until one
+// registers, `x.cuda()` and friends give a DeviceError with this reason (probed only when asked).
+noteDeviceUnavailable("cuda", () => {
+  const driver = gpuLibrary("cuda");
+  return driver.isViable()
+    ? `the CUDA driver is usable here (${cudaDevices().length} device(s)), but this tprpc build has no CUDA tensor backend yet`
+    : `no usable CUDA driver (${driver.reason()})`;
+});
 
 /** Threads used by the native kernels (including the calling thread), as torch.get_num_threads. */
 export function getNumThreads(): number {

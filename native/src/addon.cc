@@ -13,6 +13,7 @@ void RegisterErrors(Napi::Env env, Napi::Object exports);
 void RegisterDynlib(Napi::Env env, Napi::Object exports);
 void RegisterMemory(Napi::Env env, Napi::Object exports);
 void RegisterChannels(Napi::Env env, Napi::Object exports);
+void RegisterGpu(Napi::Env env, Napi::Object exports);
 }  // namespace tprpc
 
 static Napi::Value GetNumThreads(const Napi::CallbackInfo& info) {
@@ -50,6 +51,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   tprpc::RegisterIndexing(env, exports);
   tprpc::RegisterCopy(env, exports);
   tprpc::RegisterChannels(env, exports);
+  tprpc::RegisterGpu(env, exports);
   return exports;
 }
 

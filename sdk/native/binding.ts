@@ -145,6 +145,8 @@ export interface NativeBinding {
   addressOf(buffer: ArrayBuffer | ArrayBufferView): number;
   /** The native channels' namespace (shm, cma, ucx); typed in ./channels.ts, use `nativeChannels()` from there. */
   channels(): unknown;
+  /** The GPU libraries' namespace (status, devices, NCCL ids); typed in ./gpu.ts, use `nativeGpu()` from there. */
+  gpu(): unknown;
 }
 
 type RawBinding = Record<string, unknown>;
@@ -180,6 +182,7 @@ export const NATIVE_FUNCTIONS = [
   "sharedMemory",
   "addressOf",
   "channels",
+  "gpu",
 ] as const satisfies readonly (keyof NativeBinding)[];
 
 /** Errors the addon raises with name "NativeError" become the sdk's NativeError; others pass through. */

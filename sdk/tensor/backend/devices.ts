@@ -10,7 +10,7 @@ import type { DeviceType } from "../device.js";
 import type { DeviceBackend } from "./interface.js";
 
 const backends = new Map<DeviceType, DeviceBackend>();
-const reasons = new Map<DeviceType, string>();
+const reasons = new Map<DeviceType, string | (() => string)>();
 
 /** Makes `b` serve its device type (replacing any earlier one); call only when it is viable. */
 export function registerDeviceBackend(b: DeviceBackend): void {
@@ -24,8 +24,11 @@ export function unregisterDeviceBackend(type: DeviceType, reason?: string): void
   if (reason !== undefined) reasons.set(type, reason);
 }
 
-/** Records why no backend serves `type` here (e.g. "libcuda.so.1 not found ..."). */
-export function noteDeviceUnavailable(type: DeviceType, reason: string): void {
+/**
+ * Records why no backend serves `type` here (e.g. "libcuda.so.1 not found ..."); a function is
+ * asked only when an error needs the reason (NB: probing the CUDA driver runs cuInit, so it waits).
+ */
+export function noteDeviceUnavailable(type: DeviceType, reason: string | (() => string)): void {
   if (!backends.has(type)) reasons.set(type, reason);
 }
 
@@ -36,5 +39,6 @@ export function deviceBackendFor(type: DeviceType): DeviceBackend | undefined {
 
 /** Why `type` has no backend here, when a loader said so. */
 export function deviceUnavailableReason(type: DeviceType): string | undefined {
-  return reasons.get(type);
+  const r = reasons.get(type);
+  return typeof r === "function" ? r() : r;
 }

@@ -1,0 +1,111 @@
+// The few CUDA driver, NVRTC, cuBLAS and NCCL types and entry points tprpc
+// calls, declared here rather than taken from the CUDA headers: the addon is
+// built on machines (CI) without a CUDA toolkit, links against none of these
+// libraries, and reaches them only through dynlib's dlopen table
+// (native/src/dynlib.cc, the one list of sonames and symbols). Each struct
+// below is a typed view of that table's row: Load() fills it from Symbol() and
+// returns false when the library is not viable (Probe(lib).reason says why).
+//
+// ABI notes: CUresult, nvrtcResult, cublasStatus_t and ncclResult_t are C enums
+// (int); handles are opaque pointers; CUdeviceptr is 64-bit on every 64-bit
+// platform; ncclUniqueId is 128 bytes, CUipcMemHandle and CUipcEventHandle 64.
+//
+// Thread safety: Load() may be called from any thread (dynlib probes once);
+// the function pointers are immutable afterwards.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "dynlib.h"
+
+namespace tprpc {
+namespace gpu {
+
+// ---- CUDA driver API ----------------------------------------------------------------------------
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = struct CUctx_st*;
+using CUstream = struct CUstream_st*;
+using CUevent = struct CUevent_st*;
+struct CUipcMemHandle { char reserved[64]; };
+struct CUipcEventHandle { char reserved[64]; };
+
+constexpr CUresult CUDA_SUCCESS = 0;
+// CUdevice_attribute values (stable across CUDA releases).
+constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
+constexpr int CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41;
+constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
+constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+
+struct CudaDriver {
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDeviceGetPCIBusId)(char*, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);  // _v2
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);  // _v2
+  CUresult (*cuMemFree)(CUdeviceptr);            // _v2
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);  // _v2
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);        // _v2
+  CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);  // _v2
+  CUresult (*cuIpcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
+  CUresult (*cuIpcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned);  // _v2
+  CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
+};
+
+// ---- NVRTC ---------------------------------------------------------------------------------------
+using nvrtcResult = int;
+using nvrtcProgram = struct _nvrtcProgram*;
+
+struct Nvrtc {
+  nvrtcResult (*nvrtcVersion)(int*, int*);
+  const char* (*nvrtcGetErrorString)(nvrtcResult);
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*,
+                                    const char* const*);
+  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*);
+  nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t*);
+  nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char*);
+  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t*);
+  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*);
+  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*);
+};
+
+// ---- cuBLAS --------------------------------------------------------------------------------------
+using cublasStatus_t = int;
+using cublasHandle_t = struct cublasContext*;
+
+struct Cublas {
+  cublasStatus_t (*cublasGetProperty)(int, int*);
+  cublasStatus_t (*cublasCreate)(cublasHandle_t*);   // _v2
+  cublasStatus_t (*cublasDestroy)(cublasHandle_t);   // _v2
+  cublasStatus_t (*cublasSetStream)(cublasHandle_t, CUstream);  // _v2
+};
+
+// ---- NCCL ----------------------------------------------------------------------------------------
+using ncclResult_t = int;
+using ncclComm_t = struct ncclComm*;
+struct ncclUniqueId { char internal[128]; };
+
+struct Nccl {
+  ncclResult_t (*ncclGetVersion)(int*);
+  const char* (*ncclGetErrorString)(ncclResult_t);
+  ncclResult_t (*ncclGetUniqueId)(ncclUniqueId*);
+  ncclResult_t (*ncclCommInitRank)(ncclComm_t*, int, ncclUniqueId, int);
+  ncclResult_t (*ncclCommDestroy)(ncclComm_t);
+  ncclResult_t (*ncclCommAbort)(ncclComm_t);
+};
+
+// The typed rows, filled once; nullptr when the library is not viable.
+const CudaDriver* Driver();
+const Nvrtc* NvrtcApi();
+const Cublas* CublasApi();
+const Nccl* NcclApi();
+
+}  // namespace gpu
+}  // namespace tprpc

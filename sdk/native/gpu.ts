@@ -1,0 +1,115 @@
+/**
+ * Typed wrapper of the addon's GPU namespace (native/src/gpu): whether the
+ * CUDA driver, NVRTC, cuBLAS and NCCL can be used here (each loaded with
+ * dlopen at run time from dynlib's table, so one binary runs with and without
+ * them), the CUDA devices this process sees, and NCCL unique ids.
+ *
+ * Every query is safe on a machine without GPUs: a library that is missing,
+ * too old, or finds no device is "not viable" with a reason saying what to
+ * install or set; the addon itself missing is a reason too.
+ *
+ * @example
+ *   const cuda = gpuLibrary("cuda");
+ *   if (!cuda.isViable()) console.log(cuda.reason());   // "cuda is not installed ... LD_LIBRARY_PATH"
+ *   for (const d of cudaDevices()) console.log(d.index, d.name, d.pciBusId);
+ */
+import { loadNative, nativeLoadError, toNativeError } from "./binding.js";
+
+export type GpuLibName = "cuda" | "nvrtc" | "cublas" | "nccl";
+
+/** What dlopen found for one GPU library (native/src/dynlib.h). */
+export interface GpuLibStatus {
+  viable: boolean;
+  /** Why not viable; says what to install or set. */
+  reason?: string;
+  version?: string;
+  path?: string;
+  /** CUDA driver only: devices reported by cuDeviceGetCount. */
+  devices?: number;
+}
+
+/** One CUDA device as the driver describes it (what channel negotiation compares across peers). */
+export interface CudaDeviceInfo {
+  index: number;
+  name: string;
+  /** "0000:3b:00.0": with the host identity, names the physical GPU. */
+  pciBusId: string;
+  /** Compute capability. */
+  major: number;
+  minor: number;
+  multiProcessors: number;
+  unifiedAddressing: boolean;
+}
+
+/** The addon's `gpu()` namespace. */
+export interface NativeGpu {
+  status(): Record<GpuLibName, GpuLibStatus>;
+  /** Throws NativeError code "ENOTVIABLE" (with the reason) when the CUDA driver is not viable. */
+  devices(): CudaDeviceInfo[];
+  /** 128 bytes; throws NativeError "ENOTVIABLE" without NCCL, "ENCCL" when NCCL fails. */
+  ncclUniqueId(): Uint8Array;
+}
+
+/** A GPU library as its users (device backend, channel contexts) ask it. */
+export interface GpuLibrary {
+  readonly name: GpuLibName;
+  isViable(): boolean;
+  /** Why not viable (null when viable). */
+  reason(): string | null;
+  /** The library's version when viable ("12.4", "2.21.5"). */
+  version(): string | null;
+}
+
+let cached: NativeGpu | null | undefined;
+
+function wrapAll<T extends object>(o: T): T {
+  const out: Record<string, unknown> = {};
+  for (const [k, fn] of Object.entries(o))
+    out[k] =
+      typeof fn === "function"
+        ? (...a: unknown[]) => {
+            try {
+              return (fn as (...x: unknown[]) => unknown)(...a);
+            } catch (e) {
+              throw toNativeError(e);
+            }
+          }
+        : fn;
+  return out as T;
+}
+
+/** The addon's GPU namespace, or null when the addon did not load. */
+export function nativeGpu(): NativeGpu | null {
+  if (cached !== undefined) return cached;
+  const native = loadNative();
+  cached = native ? wrapAll(native.gpu() as NativeGpu) : null;
+  return cached;
+}
+
+let statuses: Record<GpuLibName, GpuLibStatus> | null = null;
+
+/** Each library's status (probed once per process). */
+export function gpuStatus(): Record<GpuLibName, GpuLibStatus> {
+  if (statuses) return statuses;
+  const g = nativeGpu();
+  if (g) return (statuses = g.status());
+  const reason = `the native addon did not load (${nativeLoadError() ?? "unknown reason"}), so GPU libraries cannot be loaded: build it with npm run build:native`;
+  const none = (): GpuLibStatus => ({ viable: false, reason });
+  return (statuses = { cuda: none(), nvrtc: none(), cublas: none(), nccl: none() });
+}
+
+/** One library's viability, with its reason. */
+export function gpuLibrary(name: GpuLibName): GpuLibrary {
+  return {
+    name,
+    isViable: () => gpuStatus()[name].viable,
+    reason: () => (gpuStatus()[name].viable ? null : (gpuStatus()[name].reason ?? `${name} is not viable`)),
+    version: () => gpuStatus()[name].version ?? null,
+  };
+}
+
+/** The CUDA devices this process sees; empty when the CUDA driver is not viable. */
+export function cudaDevices(): CudaDeviceInfo[] {
+  if (!gpuLibrary("cuda").isViable()) return [];
+  return nativeGpu()!.devices();
+}
