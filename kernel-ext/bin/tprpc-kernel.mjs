@@ -1,0 +1,22 @@
+#!/usr/bin/env node
+// The `tprpc-kernel` command (install / uninstall / list the Jupyter kernelspec, and the kernel itself);
+// see kernel-ext/cli.ts. It runs the compiled kernel-ext in dist/.
+import { fileURLToPath } from "node:url";
+
+const cli = new URL("../../dist/kernel-ext/cli.js", import.meta.url);
+let main;
+try {
+  ({ main } = await import(cli.href));
+} catch (e) {
+  console.error(`tprpc-kernel: cannot load ${fileURLToPath(cli)} (${e?.message ?? e}); build it with: npm run build`);
+  process.exit(1);
+}
+main(process.argv.slice(2)).then(
+  (code) => {
+    if (code >= 0) process.exit(code);
+  },
+  (e) => {
+    console.error(`tprpc-kernel: ${e?.message ?? e}`);
+    process.exit(1);
+  },
+);

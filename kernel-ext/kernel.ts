@@ -1,0 +1,262 @@
+/**
+ * The tprpc Jupyter kernel: tslab, started through its own startKernel, with
+ * the SDK preloaded and notebook-grade errors, results and cleanup. tslab has
+ * no plugin hook, so this wraps two of its modules before starting it:
+ *
+ * 1. executor.createExecutor: every executor first runs a hidden prelude cell,
+ *    `import * as tprpc from "<this package's dist/sdk/index.js>"`, which makes
+ *    `tprpc` (with its types) a name in every later cell. Its console (tslab
+ *    prints a cell's errors and its last expression through it) is replaced: an
+ *    error is kept for the cell's error output, the last expression becomes an
+ *    execute_result with a rich MIME bundle (tensors render as tables).
+ * 2. ZmqServer.handleExecute: also publishes the cell's `error` output (ename,
+ *    evalue, traceback — with the remote stack of a RemoteError) and puts them in
+ *    the execute_reply; tslab alone only writes errors to stderr.
+ *    ZmqServer.close (after a shutdown_request): shuts the cluster down, then exits.
+ * 3. An unhandled rejection or uncaught exception while a cell runs fails that
+ *    cell (through tslab's interrupt, which ends the cell's await) instead of
+ *    vanishing into stderr; the cell also waits one event-loop turn after its
+ *    code returns, so a promise rejected right away is caught too.
+ * 4. SIGINT (Jupyter's interrupt reaches the whole process group; the workers
+ *    ignore it): rpc.cancelPending() rejects every pending RPC, and tslab's own
+ *    handler interrupts the cell. SIGTERM and exit SIGKILL every worker left, so
+ *    shutdown, restart and a killed kernel leave no worker process behind.
+ */
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+import * as tprpc from "tprpc";
+import { compileErrorContent, errorContent, interruptContent, type ErrorContent } from "./error_output.js";
+
+const require = createRequire(import.meta.url);
+
+// The parts of tslab 1.0.x this file wraps (tslab/dist/*.js, CommonJS).
+interface Executor {
+  execute(src: string): Promise<boolean>;
+  interrupt(): void;
+}
+type ExecutorConsole = { log: (...a: unknown[]) => void; error: (...a: unknown[]) => void };
+interface ExecutorModule {
+  createExecutor(rootDir: string, convs: unknown, console: ExecutorConsole): Executor;
+}
+interface ZmqMsg {
+  createReply(): { header: { msg_type: string }; content: unknown; signAndSend(key: string, sock: unknown): void };
+  content: unknown;
+}
+interface Handler {
+  execCount: number;
+  handleExecute(
+    req: unknown,
+    writeStream: (name: string, text: string) => void,
+    writeDisplayData: (data: unknown, update: boolean) => void,
+  ): Promise<{ status: string; execution_count?: number } & Partial<ErrorContent>>;
+}
+interface ZmqServerProto {
+  handler: Handler;
+  connInfo: { key: string };
+  iopub: unknown;
+  handleExecute(sock: unknown, msg: ZmqMsg): Promise<void>;
+  close(): void;
+}
+type ExecuteImpl = (
+  req: unknown,
+  writeStream: (name: string, text: string) => void,
+  writeDisplayData: (data: unknown, update: boolean) => void,
+) => Promise<unknown>;
+interface JupyterModule {
+  ZmqServer: { prototype: ZmqServerProto };
+  JupyterHandlerImpl: { prototype: { handleExecuteImpl: ExecuteImpl } };
+  lastWriteDisplayData: ((data: unknown, update: boolean) => void) | null;
+}
+interface MainModule {
+  startKernel(o: { configPath: string; enableFindLocal?: boolean; jsKernel?: boolean }): void;
+}
+
+// NB: tslab points process.stderr.write at the running cell; kernel diagnostics go to the real stderr.
+const stderrWrite = process.stderr.write.bind(process.stderr);
+const debugLevel = Number(process.env.TPRPC_DEBUG ?? 0);
+function debug(msg: string): void {
+  if (debugLevel >= 1) stderrWrite(`[tprpc:kernel] ${msg}\n`);
+}
+
+/** What the running cell produced besides streams. */
+interface CellState {
+  errors: unknown[];
+  diagnostics: string[];
+  interrupted: boolean;
+  cancelled: number;
+  publish: (type: string, content: unknown) => void;
+  executionCount: () => number;
+}
+let cell: CellState | null = null;
+/** Each queued cell's state, by the stream writer tslab hands to its handler. */
+const cells = new WeakMap<object, CellState>();
+
+/** The module path the prelude imports: this package's SDK entry. */
+export function sdkEntry(): string {
+  return fileURLToPath(import.meta.resolve("tprpc"));
+}
+
+/** The hidden first cell. */
+export function preludeSource(): string {
+  return `import * as tprpc from ${JSON.stringify(sdkEntry())};`;
+}
+
+function cellError(c: CellState): ErrorContent {
+  if (c.diagnostics.length) return compileErrorContent(c.diagnostics);
+  const first = c.errors.find((e) => !(e instanceof Error && e.message === "Interrupted asynchronously"));
+  if (first !== undefined) return errorContent(first);
+  if (c.interrupted || c.errors.length) return interruptContent(c.cancelled);
+  return { ename: "Error", evalue: "the cell failed", traceback: ["the cell failed (no error was recorded)"] };
+}
+
+function wrapExecutor(mod: ExecutorModule): void {
+  const orig = mod.createExecutor;
+  mod.createExecutor = (rootDir, convs, _console) => {
+    const console: ExecutorConsole = {
+      log: (...args) => {
+        // tslab prints a cell's last expression with console.log(value).
+        if (!cell) return void stderrWrite(`${args.map(String).join(" ")}\n`);
+        cell.publish("execute_result", {
+          execution_count: cell.executionCount(),
+          data: tprpc.display.toBundle(args[0]),
+          metadata: {},
+        });
+      },
+      error: (...args) => {
+        if (!cell) return void stderrWrite(`${args.map(String).join(" ")}\n`);
+        // Diagnostics come as ("%s%d:%d - %s", file, line, col, message); runtime errors as (error).
+        if (args[0] === "%s%d:%d - %s") cell.diagnostics.push(`${args[2]}:${args[3]} - ${String(args[4])}`);
+        else cell.errors.push(args[0]);
+      },
+    };
+    const ex = orig(rootDir, convs, console);
+    const execute = ex.execute.bind(ex);
+    let prelude: Promise<void> | null = (async () => {
+      const saved = cell;
+      const ok = await execute(preludeSource());
+      cell = saved;
+      if (!ok) stderrWrite(`tprpc kernel: the prelude failed to import ${sdkEntry()}\n`);
+      debug(`prelude ${ok ? "ran" : "FAILED"}`);
+    })();
+    executor = ex;
+    ex.execute = async (src) => {
+      if (prelude) {
+        await prelude;
+        prelude = null;
+      }
+      let ok = await execute(src);
+      // NB: a promise the cell rejected without awaiting is reported after the microtasks drain.
+      await new Promise((r) => setImmediate(r));
+      if (cell && (cell.errors.length || cell.diagnostics.length)) ok = false;
+      return ok;
+    };
+    return ex;
+  };
+}
+
+let executor: Executor | null = null;
+
+function wrapServer(mod: JupyterModule): void {
+  const proto = mod.ZmqServer.prototype;
+  proto.handleExecute = async function (this: ZmqServerProto, sock: unknown, msg: ZmqMsg): Promise<void> {
+    const publish = (type: string, content: unknown) => {
+      const r = msg.createReply();
+      r.header.msg_type = type;
+      r.content = content;
+      r.signAndSend(this.connInfo.key, this.iopub);
+    };
+    const state: CellState = {
+      errors: [],
+      diagnostics: [],
+      interrupted: false,
+      cancelled: 0,
+      publish,
+      executionCount: () => this.handler.execCount,
+    };
+    const writeStream = (name: string, text: string) => publish("stream", { name, text });
+    cells.set(writeStream, state);
+    const content = await this.handler.handleExecute(msg.content, writeStream, (data, update) =>
+      publish(update ? "update_display_data" : "display_data", data),
+    );
+    if (content.status === "error") {
+      const err = cellError(state);
+      publish("error", err);
+      Object.assign(content, err);
+    }
+    if (cell === state) cell = null;
+    const reply = msg.createReply();
+    reply.header.msg_type = "execute_reply";
+    reply.content = content;
+    reply.signAndSend(this.connInfo.key, sock);
+  };
+  // NB: tslab queues cells; a cell's state becomes current when the queue starts running it.
+  const hproto = mod.JupyterHandlerImpl.prototype;
+  const impl = hproto.handleExecuteImpl;
+  hproto.handleExecuteImpl = function (this: Handler, req, writeStream, writeDisplayData) {
+    cell = cells.get(writeStream) ?? null;
+    return impl.call(this, req, writeStream, writeDisplayData);
+  };
+  const close = proto.close;
+  proto.close = function (this: ZmqServerProto): void {
+    close.call(this);
+    void exitCleanly(0);
+  };
+}
+
+/** Shuts the cluster down (bounded), kills what is left and exits. */
+async function exitCleanly(code: number): Promise<never> {
+  debug(`exiting: shutting down the cluster (workers ${tprpc.cluster.livePids().join(", ") || "none"})`);
+  const bound = new Promise((r) => setTimeout(r, 1_500).unref());
+  await Promise.race([tprpc.cluster.shutdown().catch(() => undefined), bound]);
+  tprpc.cluster.killAll();
+  process.exit(code);
+}
+
+function installProcessHooks(): void {
+  process.on("SIGINT", () => {
+    const n = tprpc.rpc.cancelPending(
+      new tprpc.RpcError("the RPC was cancelled by an interrupt (the cluster stays usable)"),
+    );
+    if (cell) {
+      cell.interrupted = true;
+      cell.cancelled += n;
+    }
+    debug(`SIGINT: cancelled ${n} pending RPCs`);
+  });
+  const failCell = (e: unknown, what: string) => {
+    if (cell) {
+      cell.errors.unshift(e);
+      executor?.interrupt();
+    } else stderrWrite(`tprpc kernel: ${what} outside a cell: ${(e as Error)?.stack ?? String(e)}\n`);
+  };
+  process.on("unhandledRejection", (e) => failCell(e, "unhandled rejection"));
+  process.on("uncaughtException", (e) => failCell(e, "uncaught exception"));
+  process.on("SIGTERM", () => {
+    tprpc.cluster.killAll();
+    process.exit(143);
+  });
+  process.on("exit", () => tprpc.cluster.killAll());
+}
+
+/** Starts the kernel on a Jupyter connection file (what kernel.json's argv runs). */
+export function startKernel(configPath: string): void {
+  const executorMod = require("tslab/dist/executor.js") as ExecutorModule;
+  const jupyterMod = require("tslab/dist/jupyter.js") as JupyterModule;
+  const mainMod = require("tslab/dist/main.js") as MainModule;
+  wrapExecutor(executorMod);
+  wrapServer(jupyterMod);
+  tprpc.display.setDisplaySink({
+    display(bundle, opts) {
+      const write = jupyterMod.lastWriteDisplayData;
+      if (!write) return;
+      write(
+        { data: bundle, metadata: {}, transient: opts.displayId ? { display_id: opts.displayId } : {} },
+        !!opts.update,
+      );
+    },
+  });
+  installProcessHooks();
+  // NB: enableFindLocal false: a tslab found near the notebook would be another, unwrapped copy.
+  mainMod.startKernel({ configPath, enableFindLocal: false });
+  debug(`started (pid ${process.pid}, SDK ${sdkEntry()})`);
+}
