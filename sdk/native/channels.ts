@@ -59,6 +59,28 @@ export interface NativeCmaCheck {
   reason?: string;
 }
 
+/** One UCX context + worker + endpoint to one peer (native/src/channels/ucx.cc). */
+export interface NativeUcxChannel {
+  /** This worker's address: send it to the peer, which passes it to `connect`. */
+  readonly address: Uint8Array;
+  /** Creates the endpoint to the peer's worker; call once. */
+  connect(peerAddress: Uint8Array): Promise<void>;
+  /** Tagged send (tag = id); resolves when `bytes` may be reused (large ones: after the peer's matching recv). */
+  send(id: number, bytes: ArrayBufferView): Promise<void>;
+  /** Receives tag `id` into `dest`; the message must be exactly dest's length. */
+  recv(id: number, dest: ArrayBufferView): Promise<void>;
+  close(): void;
+  readonly closed: boolean;
+}
+
+export interface NativeUcxInfo {
+  viable: boolean;
+  /** Why not: libucp missing or lacking a symbol; says what to install. */
+  reason?: string;
+  /** libucp's version, e.g. "1.13.1". */
+  version?: string;
+}
+
 export interface NativeChannels {
   shmListen(): NativeShmListener;
   shmConnect(name: string, expectedPid: number, timeoutMs: number): Promise<NativeShmChannel>;
@@ -67,6 +89,9 @@ export interface NativeChannels {
   cmaCheck(pid: number, address: number, value: number): NativeCmaCheck;
   /** Fills `dest` (its whole length) from `address` in process `pid`. */
   cmaRead(pid: number, address: number, dest: ArrayBufferView): Promise<void>;
+  ucxInfo(): NativeUcxInfo;
+  /** A new context and worker; `tls` (e.g. "shm", "tcp") overrides UCX_TLS for it. */
+  ucxCreate(tls?: string): Promise<NativeUcxChannel>;
 }
 
 /** A native promise whose rejection becomes the sdk's NativeError. */
@@ -97,6 +122,14 @@ type RawShmListener = {
   accept(pid: number, timeoutMs: number): Promise<RawShmChannel>;
   close(): void;
 };
+type RawUcxChannel = {
+  readonly address: Uint8Array;
+  connect(peer: Uint8Array): Promise<number>;
+  send(id: number, b: ArrayBufferView): Promise<number>;
+  recv(id: number, b: ArrayBufferView): Promise<number>;
+  close(): void;
+  readonly closed: boolean;
+};
 type RawChannels = {
   shmListen(): RawShmListener;
   shmConnect(name: string, pid: number, timeoutMs: number): Promise<RawShmChannel>;
@@ -104,6 +137,8 @@ type RawChannels = {
   cmaProbeWord(): NativeCmaProbe;
   cmaCheck(pid: number, address: number, value: number): NativeCmaCheck;
   cmaRead(pid: number, address: number, dest: ArrayBufferView): Promise<number>;
+  ucxInfo(): NativeUcxInfo;
+  ucxCreate(tls?: string): Promise<RawUcxChannel>;
 };
 
 function shmChannel(raw: RawShmChannel): NativeShmChannel {
@@ -116,6 +151,19 @@ function shmChannel(raw: RawShmChannel): NativeShmChannel {
     },
     peerPid: raw.peerPid,
     ringBytes: raw.ringBytes,
+  };
+}
+
+function ucxChannel(raw: RawUcxChannel): NativeUcxChannel {
+  return {
+    address: new Uint8Array(raw.address),
+    connect: (peer) => typed(sync(() => raw.connect(peer))).then(() => undefined),
+    send: (id, b) => typed(sync(() => raw.send(id, b))).then(() => undefined),
+    recv: (id, b) => typed(sync(() => raw.recv(id, b))).then(() => undefined),
+    close: () => raw.close(),
+    get closed() {
+      return raw.closed;
+    },
   };
 }
 
@@ -141,6 +189,8 @@ export function nativeChannels(): NativeChannels | null {
     cmaProbeWord: () => sync(() => raw.cmaProbeWord()),
     cmaCheck: (pid, address, value) => sync(() => raw.cmaCheck(pid, address, value)),
     cmaRead: (pid, address, dest) => typed(sync(() => raw.cmaRead(pid, address, dest))).then(() => undefined),
+    ucxInfo: () => sync(() => raw.ucxInfo()),
+    ucxCreate: (tls) => typed(sync(() => raw.ucxCreate(tls))).then(ucxChannel),
   };
   return cached;
 }

@@ -1,0 +1,224 @@
+/**
+ * The cma channel: the receiver copies tensor bytes straight out of the
+ * sender's memory with process_vm_readv (native/src/channels/cma.cc) — one
+ * copy per transfer, into the destination the pipe allocated.
+ *
+ * Viability:
+ *  1. Here: the addon is loaded, Yama's ptrace_scope (when present) is 0, and
+ *     a process_vm_readv of our own probe word works (a seccomp profile may
+ *     forbid the syscall).
+ *  2. Per pipe: the advert carries our probe word {pid, address, value}; in
+ *     createChannel each side reads the peer's and both exchange the verdict,
+ *     so the channel comes up on both sides or on neither (ChannelNotViableError
+ *     with the reason, e.g. the Yama setting).
+ * Transfers:
+ *  1. send(): the descriptor is {id, length, address}; the pipe keeps the buffer
+ *     alive and unchanged until `done`.
+ *  2. recv(): cmaRead from the peer into the destination (off the JS thread),
+ *     then an ack { done: [ids] } to the peer (acks of one tick are batched).
+ *  3. The ack resolves the sender's `done`. A dead peer fails reads with
+ *     WorkerUnavailableError; the pipe's close fails pending `done`s.
+ *
+ * Domain: same boot id, pid and user namespace, same uid.
+ */
+import { ChannelNotViableError } from "../../errors/index.js";
+import { loadNative } from "../../native/binding.js";
+import { nativeChannels, type NativeCmaProbe } from "../../native/channels.js";
+import { debug } from "../../util/index.js";
+import { registerChannel } from "../index.js";
+import {
+  CHANNEL_PRIORITY,
+  type Channel,
+  type ChannelAdvert,
+  type ChannelBootstrap,
+  type ChannelBuffer,
+  type ChannelContext,
+  type ChannelSend,
+  type HostIdentity,
+  type SetupValue,
+} from "../interface.js";
+import { channelError, closedError, Inbox, Pending, sameHostDomain } from "../shm/pending.js";
+
+const DESCRIPTOR_BYTES = 24;
+
+function encode(id: number, length: number, address: number): Uint8Array {
+  const d = new Uint8Array(DESCRIPTOR_BYTES);
+  const v = new DataView(d.buffer);
+  v.setFloat64(0, id, true);
+  v.setFloat64(8, length, true);
+  v.setFloat64(16, address, true);
+  return d;
+}
+
+function decode(d: Uint8Array): { id: number; length: number; address: number } {
+  if (d.byteLength !== DESCRIPTOR_BYTES)
+    throw new ChannelNotViableError(
+      `cma channel: a descriptor of ${d.byteLength} bytes is not ours (expected ${DESCRIPTOR_BYTES})`,
+    );
+  const v = new DataView(d.buffer, d.byteOffset, d.byteLength);
+  return { id: v.getFloat64(0, true), length: v.getFloat64(8, true), address: v.getFloat64(16, true) };
+}
+
+function isRecord(m: SetupValue): m is { readonly [key: string]: SetupValue } {
+  return typeof m === "object" && m !== null && !Array.isArray(m) && !(m instanceof Uint8Array);
+}
+
+class CmaChannel implements Channel {
+  readonly name = "cma";
+  private readonly pending = new Pending();
+  private readonly acks = new Map<number, () => void>();
+  private readonly outgoingAcks: number[] = [];
+  private nextId = 0;
+  private isClosed = false;
+
+  constructor(
+    private readonly b: ChannelBootstrap,
+    private readonly peerPid: number,
+    inbox: Inbox,
+  ) {
+    inbox.listen((m) => {
+      if (!isRecord(m) || !Array.isArray(m.done)) return;
+      for (const id of m.done as readonly SetupValue[]) {
+        const resolve = this.acks.get(id as number);
+        this.acks.delete(id as number);
+        resolve?.();
+      }
+    });
+  }
+
+  send(buffer: ChannelBuffer): ChannelSend {
+    if (buffer.kind !== "cpu") {
+      const done = Promise.reject(
+        new ChannelNotViableError("cma channel: moves host memory only; a cuda buffer needs cuda_ipc or ucx"),
+      );
+      return { descriptor: new Uint8Array(0), done };
+    }
+    const id = this.nextId++;
+    const n = buffer.bytes.byteLength;
+    // NB: addressOf moves a small on-heap typed array's bytes off the V8 heap first, so the address stays valid.
+    const address = n === 0 ? 0 : loadNative()!.addressOf(buffer.bytes);
+    const descriptor = encode(id, n, address);
+    if (n === 0) return { descriptor, done: this.pending.track(Promise.resolve(), (e) => e) };
+    const acked = new Promise<void>((resolve) => this.acks.set(id, resolve));
+    return { descriptor, done: this.pending.track(acked, (e) => e) };
+  }
+
+  recv(descriptor: Uint8Array, into: ChannelBuffer): Promise<void> {
+    if (into.kind !== "cpu")
+      return Promise.reject(new ChannelNotViableError("cma channel: receives into host memory only"));
+    let d: { id: number; length: number; address: number };
+    try {
+      d = decode(descriptor);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    if (d.length !== into.bytes.byteLength)
+      return Promise.reject(
+        new ChannelNotViableError(
+          `cma channel: transfer ${d.id} has ${d.length} bytes but the destination has ${into.bytes.byteLength}`,
+        ),
+      );
+    if (d.length === 0) return this.pending.track(Promise.resolve(), (e) => e);
+    const read = nativeChannels()!.cmaRead(this.peerPid, d.address, into.bytes);
+    // The sender may reuse its buffer once we are done reading, whether the read worked or not.
+    void read.then(
+      () => this.ack(d.id),
+      () => this.ack(d.id),
+    );
+    return this.pending.track(read, (e) => channelError("cma", this.b.peerName, e));
+  }
+
+  private ack(id: number): void {
+    if (this.isClosed) return;
+    this.outgoingAcks.push(id);
+    if (this.outgoingAcks.length > 1) return; // a flush is already scheduled
+    queueMicrotask(() => {
+      const ids = this.outgoingAcks.splice(0);
+      if (!this.isClosed)
+        this.b.send({ done: ids }).catch((e: unknown) => this.close(channelError("cma", this.b.peerName, e) as Error));
+    });
+  }
+
+  close(error?: Error): void {
+    if (this.isClosed) return;
+    this.isClosed = true;
+    this.acks.clear();
+    this.pending.failAll(error ?? closedError("cma", this.b.peerName));
+    debug(2, "channel", `cma channel to ${this.b.peerName} closed`);
+  }
+
+  get closed(): boolean {
+    return this.isClosed;
+  }
+}
+
+export class CmaChannelContext implements ChannelContext {
+  readonly name = "cma";
+  private reason: string | undefined | null = null; // null: not checked yet
+  private probe: NativeCmaProbe | null = null;
+
+  isViable(): boolean {
+    return this.whyNotViable() === undefined;
+  }
+
+  whyNotViable(): string | undefined {
+    if (this.reason !== null) return this.reason;
+    const native = process.platform === "linux" ? nativeChannels() : null;
+    if (!native) return (this.reason = "cma channel: needs Linux and the native addon (npm run build:native)");
+    const probe = native.cmaProbeWord();
+    const self = native.cmaCheck(probe.pid, probe.address, probe.value);
+    if (!self.viable) return (this.reason = self.reason ?? "cma channel: process_vm_readv is refused here");
+    if (self.yama > 0)
+      return (this.reason = `cma channel: Yama ptrace_scope is ${self.yama}, so workers cannot read each other's memory; set /proc/sys/kernel/yama/ptrace_scope to 0 to use cma`);
+    this.probe = probe;
+    return (this.reason = undefined);
+  }
+
+  advertise(host: HostIdentity): ChannelAdvert | null {
+    if (!this.isViable() || host.uid < 0) return null;
+    const domain = sameHostDomain(host, ["pid", "user"]);
+    if (domain === null) return null;
+    const p = this.probe!;
+    return {
+      name: this.name,
+      priorities: { "cpu-cpu": CHANNEL_PRIORITY.cma },
+      domain: `${domain}/uid:${host.uid}`,
+      info: { pid: p.pid, address: p.address, value: p.value },
+    };
+  }
+
+  async createChannel(b: ChannelBootstrap): Promise<Channel> {
+    const native = nativeChannels();
+    if (!native || !this.isViable()) throw new ChannelNotViableError(this.whyNotViable() ?? "cma channel: not viable");
+    const inbox = new Inbox(b);
+    const info = b.remoteAdvert.info;
+    const p = isRecord(info ?? null) ? (info as { pid?: unknown; address?: unknown; value?: unknown }) : {};
+    let verdict: { ok: boolean; reason: string };
+    if (typeof p.pid !== "number" || typeof p.address !== "number" || typeof p.value !== "number") {
+      verdict = { ok: false, reason: `${b.peerName} sent no cma probe word` };
+    } else {
+      const c = native.cmaCheck(p.pid, p.address, p.value);
+      verdict = { ok: c.viable, reason: c.reason ?? "" };
+    }
+    // Both sides must be able to read each other's memory: exchange the verdicts.
+    await b.send({ ok: verdict.ok, reason: verdict.reason });
+    const theirs = await inbox.next(
+      b.timeoutMs,
+      () => new ChannelNotViableError(`cma channel: ${b.peerName} sent no verdict within ${b.timeoutMs} ms`),
+    );
+    const their = isRecord(theirs) ? theirs : {};
+    if (!verdict.ok)
+      throw new ChannelNotViableError(`cma channel: reading ${b.peerName}'s memory failed: ${verdict.reason}`);
+    if (their.ok !== true)
+      throw new ChannelNotViableError(
+        `cma channel: ${b.peerName} cannot read our memory: ${String(their.reason ?? "")}`,
+      );
+    const channel = new CmaChannel(b, p.pid as number, inbox);
+    b.onClose((error) => channel.close(error ?? undefined));
+    debug(2, "channel", `cma channel to ${b.peerName} (pid ${String(p.pid)}) up`);
+    return channel;
+  }
+}
+
+export const cmaChannelContext = new CmaChannelContext();
+registerChannel(cmaChannelContext);

@@ -1,0 +1,119 @@
+/**
+ * What the native channels (shm here, and ../cma, ../ucx) share on the TS side:
+ * a set of pending operations that `close(error)` fails at once with the
+ * caller's error, and the mapping of native failures to the channel layer's
+ * typed errors (a dead peer is a WorkerUnavailableError naming it), the peer's setup
+ * messages, and the same-host domain string.
+ */
+import { NativeError, WorkerUnavailableError } from "../../errors/index.js";
+import type { ChannelBootstrap, HostIdentity, SetupValue } from "../interface.js";
+
+/** Pending operations of one channel; each settles once, by the native side or by failAll(). */
+export class Pending {
+  private readonly open = new Set<(e: Error) => void>();
+  private failure: Error | null = null;
+
+  /** A promise that follows `p`, unless failAll() fails it first. Rejections are mapped by `mapError`. */
+  track<T>(p: Promise<T>, mapError: (e: unknown) => unknown): Promise<T> {
+    if (this.failure) {
+      p.catch(() => undefined);
+      return Promise.reject(this.failure);
+    }
+    return new Promise<T>((resolve, reject) => {
+      let settled = false;
+      const fail = (e: Error): void => {
+        if (settled) return;
+        settled = true;
+        this.open.delete(fail);
+        reject(e);
+      };
+      this.open.add(fail);
+      p.then(
+        (v) => {
+          if (settled) return;
+          settled = true;
+          this.open.delete(fail);
+          resolve(v);
+        },
+        (e: unknown) => fail(mapError(e) as Error),
+      );
+    });
+  }
+
+  /** Fails every pending and later operation with `error`. */
+  failAll(error: Error): void {
+    this.failure ??= error;
+    for (const fail of [...this.open]) fail(this.failure);
+  }
+
+  get size(): number {
+    return this.open.size;
+  }
+}
+
+/** A native failure seen by channel `name` on the pipe to `peer`, as the channel layer's error. */
+export function channelError(name: string, peer: string, e: unknown): unknown {
+  if (e instanceof NativeError && (e.code === "ECONNRESET" || e.code === "ECHANNELCLOSED"))
+    return new WorkerUnavailableError(`${name} channel to ${peer}: ${e.message}`, peer);
+  return e;
+}
+
+/** The default close() error. */
+export function closedError(name: string, peer: string): WorkerUnavailableError {
+  return new WorkerUnavailableError(
+    `the ${name} channel to ${peer} was closed (its pipe closed or the peer left); retry once the worker is back`,
+    peer,
+  );
+}
+
+/** The peer's setup messages for one channel: awaited one by one during setup, then handed to a listener. */
+export class Inbox {
+  private readonly queue: SetupValue[] = [];
+  private waiter: ((m: SetupValue) => void) | null = null;
+  private listener: ((m: SetupValue) => void) | null = null;
+
+  constructor(bootstrap: ChannelBootstrap) {
+    bootstrap.onMessage((m) => {
+      if (this.listener) this.listener(m);
+      else if (this.waiter) {
+        const w = this.waiter;
+        this.waiter = null;
+        w(m);
+      } else this.queue.push(m);
+    });
+  }
+
+  /** The next message; rejects with `onTimeout()` after timeoutMs. */
+  next(timeoutMs: number, onTimeout: () => Error): Promise<SetupValue> {
+    const queued = this.queue.shift();
+    if (queued !== undefined) return Promise.resolve(queued);
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => {
+        this.waiter = null;
+        reject(onTimeout());
+      }, timeoutMs);
+      this.waiter = (m) => {
+        clearTimeout(t);
+        resolve(m);
+      };
+    });
+  }
+
+  /** Every later message (and those queued) goes to `cb`. */
+  listen(cb: (m: SetupValue) => void): void {
+    this.listener = cb;
+    for (const m of this.queue.splice(0)) cb(m);
+  }
+}
+
+/** The same-host domain: boot id plus the namespaces the socket and the pid check depend on. */
+export function sameHostDomain(host: HostIdentity, namespaces: readonly string[]): string | null {
+  if (!host.bootId) return null;
+  const parts = [host.bootId];
+  for (const ns of namespaces) {
+    const inode = host.namespaces[ns];
+    if (inode === undefined) return null;
+    parts.push(`${ns}:${inode}`);
+  }
+  return parts.join("/");
+}
