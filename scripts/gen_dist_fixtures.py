@@ -43,7 +43,7 @@ from torch.distributed.optim import DistributedOptimizer
 
 WORKERS = ["master", "worker1", "worker2", "worker3"]
 OPTIMS = {"sgd": (torch.optim.SGD, {}), "adam": (torch.optim.Adam, {})}
-LR = {"a": {"sgd": 0.05, "adam": 0.01}, "b": {"sgd": 1e-3, "adam": 1e-3}, "c": {"sgd": 0.1, "adam": 0.02}}
+LR = {"a": {"sgd": 0.005, "adam": 0.005}, "b": {"sgd": 1e-6, "adam": 1e-4}, "c": {"sgd": 0.1, "adam": 0.02}}
 STEPS = {"a": 4, "b": 3, "c": 3}
 
 
