@@ -18,9 +18,11 @@
  *
  * NB: tensors are found in arrays, plain objects and Map values (what the wire
  * codec carries as containers); tensors inside class instances are not moved.
- * NB: today every tensor on the wire is CPU memory, so step 2 only ever moves
- * CPU tensors (and only where "cpu" is mapped); a GPU build places received
- * bytes on the target device in the channel instead (issue 9, part B).
+ * NB: today every tensor on the wire is CPU memory: a mapped tensor on a GPU
+ * passes step 1's map check but is then refused (cannotSendFromDevice), and
+ * step 2 only ever moves CPU tensors (where "cpu" is mapped). A GPU build
+ * sends device memory through the CUDA channels and places received bytes on
+ * the target device there (issue 9, part B).
  */
 import { DeviceError } from "../errors/index.js";
 import { noGrad } from "../autograd/grad_mode.js";
@@ -72,6 +74,18 @@ export function mapTensors(v: unknown, f: (t: Tensor) => Tensor | void, seen = n
   return v;
 }
 
+/**
+ * NB: the agent writes tensor bytes from host memory (wire + TCP); the CUDA channels that move
+ * device memory are not built yet (issue 9, part B). Until then a mapped device tensor is refused
+ * here with what to do, rather than by the wire's generic "host code cannot read" error.
+ */
+function cannotSendFromDevice(device: Device, to: string): DeviceError {
+  return new DeviceError(
+    `cannot send a tensor on ${device} to "${to}": this tprpc build sends tensor bytes from host memory only ` +
+      "(the CUDA channels come with the GPU backend); send x.cpu() instead",
+  );
+}
+
 /** What the hook needs to know about this worker. */
 export interface DeviceMapSelf {
   readonly name: string;
@@ -108,7 +122,10 @@ export function makeDeviceMapHook(self: () => DeviceMapSelf | null): MessageHook
     outgoing({ to, kind, values, requestMeta }) {
       const me = self();
       const map = mapFor(me, kind, to, requestMeta);
-      mapTensors(values, (t) => void targetDevice(kind, me?.name ?? "this worker", to, map, t.device));
+      mapTensors(values, (t) => {
+        targetDevice(kind, me?.name ?? "this worker", to, map, t.device);
+        if (t.device.type !== "cpu") throw cannotSendFromDevice(t.device, to);
+      });
       if (map.size === 0) return undefined;
       const meta: Meta = { map: map.pairs() };
       return { values, meta };

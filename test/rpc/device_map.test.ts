@@ -142,8 +142,13 @@ describe("with the host-backed DeviceBackend double (2 devices)", () => {
     const x = tensor([1, 2], { dtype: "float32", device: "cuda:0", requiresGrad: true });
     const c = tensor([3], { dtype: "float32" });
     const args = Object.freeze([{ a: x, list: [c] }, new Map([["k", c]])]);
-    const out = hook.outgoing!({ to: "w1", kind: "request", values: args })!;
-    expect(out.values).toBe(args); // nothing is moved or rewritten on the sender
+    // a mapped GPU tensor passes the map check but cannot leave host code in this build
+    expect(() => hook.outgoing!({ to: "w1", kind: "request", values: args })).toThrow(
+      /cannot send a tensor on cuda:0 to "w1": this tprpc build sends tensor bytes from host memory only/,
+    );
+    const onHost = Object.freeze([{ a: x.cpu(), list: [c] }, new Map([["k", c]])]);
+    const out = hook.outgoing!({ to: "w1", kind: "request", values: onHost })!;
+    expect(out.values).toBe(onHost); // nothing is moved or rewritten on the sender
     expect(out.meta).toEqual({
       map: [
         ["cuda:0", "cuda:1"],
@@ -164,7 +169,10 @@ describe("with the host-backed DeviceBackend double (2 devices)", () => {
 
     // the reply follows the inverse of the request's map
     const y = tensor([5], { dtype: "float32", device: "cuda:1" });
-    const reply = callee.outgoing!({ to: "master", kind: "response", values: y, requestMeta: out.meta })!;
+    expect(() => callee.outgoing!({ to: "master", kind: "response", values: y, requestMeta: out.meta })).toThrow(
+      /cannot send a tensor on cuda:1 to "master"/,
+    );
+    const reply = callee.outgoing!({ to: "master", kind: "response", values: y.cpu(), requestMeta: out.meta })!;
     expect(reply.meta).toEqual({
       map: [
         ["cuda:1", "cuda:0"],
