@@ -12,7 +12,9 @@ export interface ErrorContent {
   traceback: string[];
 }
 
-const NOISE = /\/node_modules\/tslab\/|\(node:internal\/|^\s+at node:internal\//;
+// Frames of tslab, of this kernel and of Node's vm/internals say nothing about the cell.
+const NOISE =
+  /\/node_modules\/tslab\/|\/kernel-ext\/|\((node:internal\/|node:vm:)|^\s+at (node:internal\/|sigintHandlersWrap )/;
 
 function stackLines(stack: string): string[] {
   return stack.split("\n").filter((l) => !NOISE.test(l));

@@ -21,6 +21,7 @@
  *    ignore it): rpc.cancelPending() rejects every pending RPC, and tslab's own
  *    handler interrupts the cell. SIGTERM and exit SIGKILL every worker left, so
  *    shutdown, restart and a killed kernel leave no worker process behind.
+ * 5. A kernel whose Jupyter server died (JPY_PARENT_PID no longer its parent) exits.
  */
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
@@ -236,6 +237,16 @@ function installProcessHooks(): void {
     process.exit(143);
   });
   process.on("exit", () => tprpc.cluster.killAll());
+  // NB: Jupyter starts kernels in their own session, so a server that dies hard takes no kernel with
+  // it; JPY_PARENT_PID names the server, and a kernel whose parent changed exits (workers included).
+  const parent = Number(process.env.JPY_PARENT_PID);
+  if (parent > 1 && parent === process.ppid)
+    setInterval(() => {
+      if (process.ppid !== parent) {
+        debug(`the Jupyter server (pid ${parent}) is gone; exiting`);
+        void exitCleanly(1);
+      }
+    }, 1_000).unref();
 }
 
 /** Starts the kernel on a Jupyter connection file (what kernel.json's argv runs). */

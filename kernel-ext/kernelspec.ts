@@ -64,9 +64,18 @@ export function searchDirs(env: NodeJS.ProcessEnv = process.env): string[] {
 
 /** This package's root (the folder holding its package.json) and its tprpc-kernel script. */
 export function packagePaths(): { root: string; script: string } {
-  // NB: this file runs as dist/kernel-ext/kernelspec.js.
-  const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
-  return { root, script: path.join(root, "kernel-ext", "bin", "tprpc-kernel.mjs") };
+  // NB: this file runs as dist/kernel-ext/kernelspec.js (or from source in tests): walk up to tprpc's package.json.
+  for (let dir = path.dirname(fileURLToPath(import.meta.url)); ;) {
+    try {
+      const pkg = JSON.parse(fs.readFileSync(path.join(dir, "package.json"), "utf8")) as { name?: string };
+      if (pkg.name === "tprpc") return { root: dir, script: path.join(dir, "kernel-ext", "bin", "tprpc-kernel.mjs") };
+    } catch {
+      // no package.json here
+    }
+    const up = path.dirname(dir);
+    if (up === dir) throw new ValueError(`cannot find the tprpc package root above ${import.meta.url}`);
+    dir = up;
+  }
 }
 
 export interface KernelJson {

@@ -134,7 +134,14 @@ export class Cluster {
     this.closed ??= (async () => {
       if (active === this) active = null;
       try {
-        if (this.joined) await rpc.shutdown({ graceful: true, timeoutMs: opts.timeoutMs ?? 10_000 });
+        if (this.joined) {
+          await rpc.shutdown({ graceful: true, timeoutMs: opts.timeoutMs ?? 10_000 });
+          // NB: after the shutdown barrier the workers exit by themselves; give them the grace period first.
+          await waitAll(
+            this.local.workers.map((w) => w.exited),
+            opts.graceMs ?? 3_000,
+          );
+        }
       } catch (e) {
         debug(1, "cluster", `graceful shutdown failed, killing the workers: ${(e as Error).message}`);
         await rpc.shutdown({ graceful: false, timeoutMs: 2_000 }).catch(() => undefined);
@@ -158,7 +165,8 @@ export class Cluster {
     const rows = this.status().map(
       (s) => `  ${s.name} (rank ${s.rank}, pid ${s.pid}): ${s.state}${s.exit ? ` (${s.exit})` : ""}`,
     );
-    return [`Cluster ${this.name} (rank 0), ${this.worldSize} workers in all, ${this.initMethod}`, ...rows].join("\n");
+    const head = `Cluster: ${this.name} (rank 0, this process) + ${this.worldSize - 1} workers, ${this.initMethod}`;
+    return [head, ...rows].join("\n");
   }
 
   [Symbol.for("nodejs.util.inspect.custom")](): string {
@@ -186,6 +194,13 @@ export class Cluster {
       "text/html": `<table style="font-family:monospace;font-size:12px;border-collapse:collapse"><caption style="text-align:left">tprpc cluster · ${escapeHtml(this.initMethod)}</caption><tr>${th("worker")}${th("rank")}${th("pid")}${th("state")}</tr>${rows.join("")}</table>`,
     };
   }
+}
+
+/** Resolves when every promise has settled or after `ms`, whichever is first. */
+async function waitAll(ps: Promise<unknown>[], ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([Promise.allSettled(ps), new Promise((r) => (timer = setTimeout(r, ms)))]);
+  clearTimeout(timer);
 }
 
 let active: Cluster | null = null;
