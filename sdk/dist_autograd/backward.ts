@@ -42,9 +42,9 @@ export const PROPAGATE = "__tprpcDistAutogradPropagate";
 export const CLEANUP = "__tprpcDistAutogradCleanup";
 const CLEANUP_TIMEOUT_MS = 5_000;
 
-/** The worker named in a WorkerUnavailableError's message (`worker "X" …`), else `fallback`. */
+/** The worker a forwarded WorkerUnavailableError's message names as gone (the agent's wording), else `fallback`. */
 function deadWorker(message: string, fallback: string): string {
-  return /worker "([^"]+)"/.exec(message)?.[1] ?? fallback;
+  return /worker "([^"]+)" (?:is unavailable|left the group)/.exec(message)?.[1] ?? fallback;
 }
 
 /** A forwarded WorkerUnavailableError stays one (typed) on the caller. */

@@ -111,9 +111,9 @@ export function installModels(): string {
   /** worker2's part: h * b (b a leaf here). */
   const nestedInner = (h: Tensor) => h.mul(leaf("b")).exp();
   /** worker1's part: h = tanh(x * a); z = worker2(h); z * a + h (h reaches the loss two ways). */
-  const nestedOuter = async (x: Tensor) => {
+  const nestedOuter = async (x: Tensor, inner = "dist.nestedInner") => {
     const h = x.mul(leaf("a")).tanh();
-    const z = await T.rpc.rpcSync<Tensor>("worker2", "dist.nestedInner", [h]);
+    const z = await T.rpc.rpcSync<Tensor>("worker2", inner, [h]);
     return z.mul(leaf("a")).add(h);
   };
   /** This worker's gradients in the context for the named leaves (null when it has none). */
@@ -133,6 +133,15 @@ export function installModels(): string {
     return y;
   };
 
+  /** A backward step that fails. */
+  const throwingInner = (h: Tensor) => {
+    const y = h.mul(leaf("b"));
+    y.registerHook(() => {
+      throw new RangeError("this backward step fails on purpose");
+    });
+    return y;
+  };
+
   const all: Record<string, unknown> = {
     Block,
     Shard,
@@ -147,6 +156,7 @@ export function installModels(): string {
     gradsOf,
     contextCount,
     slowInner,
+    throwingInner,
   };
   for (const [name, value] of Object.entries(all)) T.rpc.register(`dist.${name}`, value);
   return T.rpc.getWorkerInfo().name;
