@@ -9,8 +9,9 @@ import { setSdkNamespace } from "./rpc/api.js";
 import { loadNative } from "./native/binding.js";
 import { NativeBackend } from "./tensor/backend/native/index.js";
 import { registerBackend } from "./tensor/backend/registry.js";
-import { noteDeviceUnavailable } from "./tensor/backend/devices.js";
-import { cudaDevices, gpuLibrary } from "./native/gpu.js";
+import { provideDeviceBackend } from "./tensor/backend/devices.js";
+import { CudaDeviceBackend } from "./tensor/backend/cuda/index.js";
+import { cudaDevices, gpuLibrary, nativeGpu } from "./native/gpu.js";
 import { arrayOver, itemSize } from "./tensor/dtype.js";
 
 // The native CPU backend becomes the default when the addon loads (TPRPC_BACKEND=ts keeps the
@@ -35,13 +36,14 @@ if (native) {
   );
 }
 
-// CUDA tensors need a CUDA device backend, which this build lacks (issue 9, part B): until one
-// registers, `x.cuda()` and friends give a DeviceError with this reason (probed only when asked).
-noteDeviceUnavailable("cuda", () => {
+// CUDA tensors: the CUDA device backend (memory and copies; no kernels yet, issue 9 part B) serves
+// them where the driver is usable; it is looked for on first use of a cuda device, so importing
+// tprpc never runs cuInit. TPRPC_CUDA=0 turns it off.
+provideDeviceBackend("cuda", () => {
+  if (process.env.TPRPC_CUDA === "0") return "disabled by TPRPC_CUDA=0";
   const driver = gpuLibrary("cuda");
-  return driver.isViable()
-    ? `the CUDA driver is usable here (${cudaDevices().length} device(s)), but this tprpc build has no CUDA tensor backend yet`
-    : `no usable CUDA driver (${driver.reason()})`;
+  if (!driver.isViable()) return `no usable CUDA driver (${driver.reason()})`;
+  return new CudaDeviceBackend(nativeGpu()!, cudaDevices().length);
 });
 
 /** Threads used by the native kernels (including the calling thread), as torch.get_num_threads. */

@@ -48,6 +48,26 @@ export interface NativeGpu {
   devices(): CudaDeviceInfo[];
   /** 128 bytes; throws NativeError "ENOTVIABLE" without NCCL, "ENCCL" when NCCL fails. */
   ncclUniqueId(): Uint8Array;
+
+  // Device memory, synchronous, on the device's primary context (NativeError "ECUDA" on failure).
+  // NB: exercised against a stand-in driver only so far; a GPU run is issue 9 part B.
+  /** A device pointer to `bytes` fresh bytes on `device`. */
+  memAlloc(device: number, bytes: number): bigint;
+  memFree(device: number, ptr: bigint): void;
+  /** Host bytes `src` to [ptr + offset, ...). */
+  copyHtoD(device: number, ptr: bigint, offset: number, src: Uint8Array): void;
+  /** [ptr + offset, ...) to the host bytes `dst`. */
+  copyDtoH(device: number, ptr: bigint, offset: number, dst: Uint8Array): void;
+  /** Device to device, across devices too; returns once the bytes landed. */
+  copyDtoD(
+    srcDevice: number,
+    src: bigint,
+    srcOffset: number,
+    dstDevice: number,
+    dst: bigint,
+    dstOffset: number,
+    bytes: number,
+  ): void;
 }
 
 /** A GPU library as its users (device backend, channel contexts) ask it. */

@@ -57,6 +57,8 @@ bool LoadDriver(CudaDriver& d) {
                           SLOT(d, cuCtxSetCurrent, "cuCtxSetCurrent"), SLOT(d, cuMemAlloc, "cuMemAlloc_v2"),
                           SLOT(d, cuMemFree, "cuMemFree_v2"), SLOT(d, cuMemcpyHtoD, "cuMemcpyHtoD_v2"),
                           SLOT(d, cuMemcpyDtoH, "cuMemcpyDtoH_v2"), SLOT(d, cuMemcpyDtoD, "cuMemcpyDtoD_v2"),
+                          SLOT(d, cuMemcpyPeerAsync, "cuMemcpyPeerAsync"),
+                          SLOT(d, cuStreamSynchronize, "cuStreamSynchronize"),
                           SLOT(d, cuIpcGetMemHandle, "cuIpcGetMemHandle"),
                           SLOT(d, cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
                           SLOT(d, cuIpcCloseMemHandle, "cuIpcCloseMemHandle")});
@@ -167,12 +169,118 @@ Napi::Value NcclUniqueId(const Napi::CallbackInfo& info) {
   return Napi::Buffer<char>::Copy(env, id.internal, sizeof id.internal);
 }
 
+// ---- device memory (the tensor layer's CUDA DeviceBackend, sdk/tensor/backend/cuda) ---------------
+// NB: untested on a GPU so far (issue 9 part B runs it on one); tests use a stand-in libcuda whose
+// "device" pointers are host memory. Every call is synchronous and runs on the JS thread, with the
+// device's primary context made current first.
+
+std::vector<CUcontext> g_ctx;  // JS thread only: primary context per device, retained once
+
+const CudaDriver& Current(Napi::Env env, int device, CUcontext* ctx_out = nullptr) {
+  const CudaDriver* d = Driver();
+  if (d == nullptr) NotViable(env, Lib::Cuda);
+  int count = 0;
+  d->cuDeviceGetCount(&count);
+  if (device < 0 || device >= count)
+    ThrowNative(env, "ECUDA", 0, "invalid device ordinal " + std::to_string(device) + " (" + std::to_string(count) +
+                                     " device(s))");
+  if (g_ctx.size() < static_cast<size_t>(count)) g_ctx.resize(count, nullptr);
+  CUresult rc;
+  if (g_ctx[device] == nullptr) {
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr;
+    if ((rc = d->cuDeviceGet(&dev, device)) != CUDA_SUCCESS || (rc = d->cuDevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS)
+      ThrowNative(env, "ECUDA", 0, "cannot open CUDA device " + std::to_string(device) + ": " + CuError(*d, rc));
+    g_ctx[device] = ctx;
+  }
+  if ((rc = d->cuCtxSetCurrent(g_ctx[device])) != CUDA_SUCCESS)
+    ThrowNative(env, "ECUDA", 0, "cuCtxSetCurrent failed: " + CuError(*d, rc));
+  if (ctx_out) *ctx_out = g_ctx[device];
+  return *d;
+}
+
+void Check(Napi::Env env, const CudaDriver& d, CUresult rc, const char* what) {
+  if (rc != CUDA_SUCCESS) ThrowNative(env, "ECUDA", 0, std::string(what) + " failed: " + CuError(d, rc));
+}
+
+CUdeviceptr Ptr(const Napi::Value& v) {
+  bool lossless = true;
+  return static_cast<CUdeviceptr>(v.As<Napi::BigInt>().Uint64Value(&lossless));
+}
+
+// Bytes of an ArrayBufferView argument.
+std::pair<uint8_t*, size_t> Bytes(const Napi::Value& v) {
+  auto view = v.As<Napi::TypedArray>();
+  auto* base = static_cast<uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+  return {base, view.ByteLength()};
+}
+
+// memAlloc(device, bytes) -> BigInt device pointer.
+Napi::Value MemAlloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const CudaDriver& d = Current(env, info[0].As<Napi::Number>().Int32Value());
+  CUdeviceptr p = 0;
+  Check(env, d, d.cuMemAlloc(&p, static_cast<size_t>(info[1].As<Napi::Number>().Int64Value())), "cuMemAlloc");
+  return Napi::BigInt::New(env, static_cast<uint64_t>(p));
+}
+
+// memFree(device, ptr)
+Napi::Value MemFree(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const CudaDriver& d = Current(env, info[0].As<Napi::Number>().Int32Value());
+  Check(env, d, d.cuMemFree(Ptr(info[1])), "cuMemFree");
+  return env.Undefined();
+}
+
+// copyHtoD(device, dst, dstOffset, src view)
+Napi::Value CopyHtoD(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const CudaDriver& d = Current(env, info[0].As<Napi::Number>().Int32Value());
+  auto [src, n] = Bytes(info[3]);
+  CUdeviceptr dst = Ptr(info[1]) + static_cast<CUdeviceptr>(info[2].As<Napi::Number>().Int64Value());
+  Check(env, d, d.cuMemcpyHtoD(dst, src, n), "cuMemcpyHtoD");
+  return env.Undefined();
+}
+
+// copyDtoH(device, src, srcOffset, dst view)
+Napi::Value CopyDtoH(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const CudaDriver& d = Current(env, info[0].As<Napi::Number>().Int32Value());
+  auto [dst, n] = Bytes(info[3]);
+  CUdeviceptr src = Ptr(info[1]) + static_cast<CUdeviceptr>(info[2].As<Napi::Number>().Int64Value());
+  Check(env, d, d.cuMemcpyDtoH(dst, src, n), "cuMemcpyDtoH");
+  return env.Undefined();
+}
+
+// copyDtoD(srcDevice, src, srcOffset, dstDevice, dst, dstOffset, bytes): blocks until the bytes landed.
+Napi::Value CopyDtoD(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int sdev = info[0].As<Napi::Number>().Int32Value();
+  int ddev = info[3].As<Napi::Number>().Int32Value();
+  CUcontext sctx = nullptr, dctx = nullptr;
+  Current(env, sdev, &sctx);
+  const CudaDriver& d = Current(env, ddev, &dctx);
+  CUdeviceptr src = Ptr(info[1]) + static_cast<CUdeviceptr>(info[2].As<Napi::Number>().Int64Value());
+  CUdeviceptr dst = Ptr(info[4]) + static_cast<CUdeviceptr>(info[5].As<Napi::Number>().Int64Value());
+  size_t n = static_cast<size_t>(info[6].As<Napi::Number>().Int64Value());
+  // NB: device-to-device copies do not block the host, so wait on the legacy default stream.
+  if (sdev == ddev) Check(env, d, d.cuMemcpyDtoD(dst, src, n), "cuMemcpyDtoD");
+  else Check(env, d, d.cuMemcpyPeerAsync(dst, dctx, src, sctx, n, nullptr), "cuMemcpyPeerAsync");
+  Check(env, d, d.cuStreamSynchronize(nullptr), "cuStreamSynchronize");
+  return env.Undefined();
+}
+
 Napi::Value Namespace(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto o = Napi::Object::New(env);
   o.Set("status", Napi::Function::New(env, Status));
   o.Set("devices", Napi::Function::New(env, Devices));
   o.Set("ncclUniqueId", Napi::Function::New(env, NcclUniqueId));
+  o.Set("memAlloc", Napi::Function::New(env, MemAlloc));
+  o.Set("memFree", Napi::Function::New(env, MemFree));
+  o.Set("copyHtoD", Napi::Function::New(env, CopyHtoD));
+  o.Set("copyDtoH", Napi::Function::New(env, CopyDtoH));
+  o.Set("copyDtoD", Napi::Function::New(env, CopyDtoD));
   return o;
 }
 

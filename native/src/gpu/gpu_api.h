@@ -54,6 +54,8 @@ struct CudaDriver {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);  // _v2
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);        // _v2
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);  // _v2
+  CUresult (*cuMemcpyPeerAsync)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuIpcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
   CUresult (*cuIpcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned);  // _v2
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);

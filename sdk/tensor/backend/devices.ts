@@ -32,8 +32,31 @@ export function noteDeviceUnavailable(type: DeviceType, reason: string | (() => 
   if (!backends.has(type)) reasons.set(type, reason);
 }
 
+const providers = new Map<DeviceType, () => DeviceBackend | string>();
+
+/**
+ * Defers finding the backend for `type` to its first use: `provider` returns
+ * the backend, or why there is none (NB: probing the CUDA driver runs cuInit,
+ * so `import "tprpc"` does not; torch initializes CUDA lazily too).
+ */
+export function provideDeviceBackend(type: DeviceType, provider: () => DeviceBackend | string): void {
+  providers.set(type, provider);
+}
+
 /** The viable backend for `type`, or undefined. */
 export function deviceBackendFor(type: DeviceType): DeviceBackend | undefined {
+  const provider = providers.get(type);
+  if (provider) {
+    providers.delete(type);
+    let got: DeviceBackend | string;
+    try {
+      got = provider();
+    } catch (e) {
+      got = `finding a ${type} backend failed: ${(e as Error).message}`;
+    }
+    if (typeof got === "string") noteDeviceUnavailable(type, got);
+    else if (!backends.has(type)) registerDeviceBackend(got);
+  }
   return backends.get(type);
 }
 
