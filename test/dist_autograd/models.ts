@@ -108,6 +108,8 @@ export function installModels(): string {
     leaf(name, t);
     return null;
   };
+  const leafRRef = (name: string) => new T.rpc.RRef(leaf(name));
+  const leafValue = (name: string) => leaf(name).toArray();
   /** worker2's part: h * b (b a leaf here). */
   const nestedInner = (h: Tensor) => h.mul(leaf("b")).exp();
   /** worker1's part: h = tanh(x * a); z = worker2(h); z * a + h (h reaches the loss two ways). */
@@ -157,6 +159,8 @@ export function installModels(): string {
     contextCount,
     slowInner,
     throwingInner,
+    leafRRef,
+    leafValue,
   };
   for (const [name, value] of Object.entries(all)) T.rpc.register(`dist.${name}`, value);
   return T.rpc.getWorkerInfo().name;

@@ -119,6 +119,30 @@ describe("distributed autograd across 3 processes", () => {
     expect(p.grad).toBeNull();
   });
 
+  it("keeps 8 concurrent contexts apart and serializes their optimizer steps on the owner (no lost update)", async () => {
+    const p0 = gen(9, [4], 1.0);
+    await rpc.rpcSync("worker1", "dist.setLeaf", ["p", p0]);
+    const pref = await rpc.rpcSync<rpc.RRef<Tensor>>("worker1", "dist.leafRRef", ["p"]);
+    const opt = new DistributedOptimizer(optim.SGD, [pref], { lr: 0.1 });
+    const cs = Array.from({ length: 8 }, (_, i) => gen(20 + i, [4], 1.0));
+    // loss_i = sum(p * c_i): its gradient c_i does not depend on p, so the order of the steps does not matter
+    const lossOf = (p: Tensor, c: Tensor) => p.mul(c).sum();
+    await Promise.all(
+      cs.map((c) =>
+        distAutograd.context(async (ctxId) => {
+          const p = await pref.toHere();
+          await new Promise((r) => setImmediate(r)); // interleave the contexts
+          await distAutograd.backward(ctxId, [lossOf(p, c)]);
+          expect(distAutograd.getGradients(ctxId).size).toBe(0); // p is worker1's leaf: its gradient is there
+          await opt.step(ctxId);
+        }),
+      ),
+    );
+    const want = p0.toArray().map((v, j) => v - 0.1 * cs.reduce((s, c) => s + c.toArray()[j]!, 0));
+    expectClose(await rpc.rpcSync<number[]>("worker1", "dist.leafValue", ["p"]), want);
+    expect(await counts()).toEqual([0, 0, 0]);
+  });
+
   it("refuses misuse with typed errors", async () => {
     const x = gen(8, [2], 1.0, true);
     await distAutograd.context(async (ctxId) => {
