@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -206,8 +207,8 @@ struct Inflight {
 
 class UcxCore {
  public:
-  UcxCore(const Ucp* ucp, void* context, void* worker, std::string address, Completer* done)
-      : ucp_(ucp), context_(context), worker_(worker), address_(std::move(address)), done_(done) {}
+  UcxCore(const Ucp* ucp, void* context, void* worker, std::string address, bool peer_errors, Completer* done)
+      : ucp_(ucp), context_(context), worker_(worker), address_(std::move(address)), done_(done), peer_errors_(peer_errors) {}
 
   // JS thread.
   void Start() {
@@ -263,7 +264,6 @@ class UcxCore {
                                       std::string("ucx channel: the peer is gone (exited or unreachable): ") +
                                           self->ucp_->status_string(st));
     }
-    self->ep_failed_ = true;
     // Posted recvs never complete once the sender is gone: cancel them (their callbacks report broken_).
     std::vector<Inflight*> recvs;  // NB: a copy: cancelling may run the callback, which erases from inflight_
     for (Inflight* f : self->inflight_)
@@ -318,8 +318,8 @@ class UcxCore {
   void Submit(Op op) {
     if (op.kind == OpKind::Connect) {
       ucp_ep_params_t p = {};
-      p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+      if (peer_errors_) p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
       p.address = op.address.data();
       p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
       p.err_cb = &UcxCore::OnPeerError;
@@ -329,6 +329,13 @@ class UcxCore {
         o = Outcome::Fail("EINVAL", 0, "ucx channel: connect() was already called");
       else {
         ucs_status_t st = ucp_->ep_create(worker_, &p, &ep_);
+        if (st != UCS_OK && peer_errors_) {
+          // NB: UCX 1.13's shared-memory transports (posix, sysv) cannot report a dead peer, and
+          // refuse peer error handling; then connect without it: the pipe's close covers peer death.
+          p.field_mask &= ~(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+          st = ucp_->ep_create(worker_, &p, &ep_);
+          peer_errors_ = false;
+        }
         if (st != UCS_OK) {
           ep_ = nullptr;
           o = UcsFail(ucp_, "ECONNREFUSED", st, "could not create an endpoint to the peer's worker");
@@ -455,6 +462,7 @@ class UcxCore {
   void* ep_ = nullptr;
   std::string address_;
   Completer* done_;
+  bool peer_errors_;  // ask UCX to report a dead peer (shm-only transports refuse it)
   int wake_fd_ = -1;
   std::thread thread_;
   std::mutex mu_;
@@ -462,7 +470,6 @@ class UcxCore {
   Outcome broken_;                        // guarded by mu_
   std::unordered_set<Inflight*> inflight_;  // progress thread only
   std::atomic<bool> closing_{false};
-  bool ep_failed_ = false;  // progress thread only
   bool closed_ = false;     // JS thread
 };
 
@@ -557,6 +564,29 @@ class UcxChannel : public Napi::ObjectWrap<UcxChannel> {
   bool closed_ = false;
 };
 
+// True when a UCX_TLS list names only same-host transports, which cannot report a dead peer
+// (UCX 1.13 refuses peer error handling over them, logging an error): then tprpc does not ask.
+bool ShmOnly(std::string tls) {
+  if (tls.empty()) {
+    const char* env = std::getenv("UCX_TLS");
+    tls = env != nullptr ? env : "";
+  }
+  if (tls.empty()) return false;
+  static const char* kLocal[] = {"shm", "posix", "sysv", "cma", "knem", "xpmem", "self", "sm"};
+  size_t at = 0;
+  while (at <= tls.size()) {
+    size_t end = tls.find(',', at);
+    if (end == std::string::npos) end = tls.size();
+    std::string t = tls.substr(at, end - at);
+    if (!t.empty() && t[0] == '^') return false;  // an exclusion list leaves network transports in
+    bool local = false;
+    for (const char* l : kLocal) local = local || t == l;
+    if (!t.empty() && !local) return false;
+    at = end + 1;
+  }
+  return true;
+}
+
 // ucxCreate(): Promise<UcxChannel> — context and worker set up on a libuv thread.
 class CreateWorker : public Napi::AsyncWorker {
  public:
@@ -602,7 +632,7 @@ class CreateWorker : public Napi::AsyncWorker {
   void OnOK() override {
     Napi::Env env = Env();
     if (!outcome_.ok) return deferred_.Reject(ToJsError(env, outcome_).Value());
-    auto core = std::make_shared<UcxCore>(ucp_, context_, worker_, address_, Completer::Create(env, "tprpc.ucx"));
+    auto core = std::make_shared<UcxCore>(ucp_, context_, worker_, address_, !ShmOnly(tls_), Completer::Create(env, "tprpc.ucx"));
     deferred_.Resolve(UcxChannel::Wrap(env, std::move(core)));
   }
 

@@ -37,7 +37,7 @@ import {
   type HostIdentity,
   type SetupValue,
 } from "../interface.js";
-import { channelError, closedError, Inbox, Pending, sameHostDomain } from "../shm/pending.js";
+import { channelError, closedError, Inbox, Pending, pipeClosedError, sameHostDomain } from "../shm/pending.js";
 
 const DESCRIPTOR_BYTES = 24;
 
@@ -66,7 +66,7 @@ function isRecord(m: SetupValue): m is { readonly [key: string]: SetupValue } {
 class CmaChannel implements Channel {
   readonly name = "cma";
   private readonly pending = new Pending();
-  private readonly acks = new Map<number, () => void>();
+  private readonly acks = new Map<number, { resolve: () => void; bytes: Uint8Array }>();
   private readonly outgoingAcks: number[] = [];
   private nextId = 0;
   private isClosed = false;
@@ -79,9 +79,9 @@ class CmaChannel implements Channel {
     inbox.listen((m) => {
       if (!isRecord(m) || !Array.isArray(m.done)) return;
       for (const id of m.done as readonly SetupValue[]) {
-        const resolve = this.acks.get(id as number);
+        const waiting = this.acks.get(id as number);
         this.acks.delete(id as number);
-        resolve?.();
+        waiting?.resolve();
       }
     });
   }
@@ -99,7 +99,8 @@ class CmaChannel implements Channel {
     const address = n === 0 ? 0 : loadNative()!.addressOf(buffer.bytes);
     const descriptor = encode(id, n, address);
     if (n === 0) return { descriptor, done: this.pending.track(Promise.resolve(), (e) => e) };
-    const acked = new Promise<void>((resolve) => this.acks.set(id, resolve));
+    // NB: the entry also holds the bytes: the peer reads them until it acks, whatever the caller keeps.
+    const acked = new Promise<void>((resolve) => this.acks.set(id, { resolve, bytes: buffer.bytes }));
     return { descriptor, done: this.pending.track(acked, (e) => e) };
   }
 
@@ -214,7 +215,7 @@ export class CmaChannelContext implements ChannelContext {
         `cma channel: ${b.peerName} cannot read our memory: ${String(their.reason ?? "")}`,
       );
     const channel = new CmaChannel(b, p.pid as number, inbox);
-    b.onClose((error) => channel.close(error ?? undefined));
+    b.onClose((error) => channel.close(error ? pipeClosedError("cma", b.peerName, error) : undefined));
     debug(2, "channel", `cma channel to ${b.peerName} (pid ${String(p.pid)}) up`);
     return channel;
   }

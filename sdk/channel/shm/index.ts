@@ -31,7 +31,7 @@ import {
   type ChannelSend,
   type HostIdentity,
 } from "../interface.js";
-import { channelError, closedError, Inbox, Pending, sameHostDomain } from "./pending.js";
+import { channelError, closedError, Inbox, Pending, pipeClosedError, sameHostDomain } from "./pending.js";
 
 const DESCRIPTOR_BYTES = 16;
 
@@ -156,7 +156,7 @@ export class ShmChannelContext implements ChannelContext {
       });
     }
     const channel = new ShmChannel(conn, b.peerName);
-    b.onClose((error) => channel.close(error ?? undefined));
+    b.onClose((error) => channel.close(error ? pipeClosedError("shm", b.peerName, error) : undefined));
     debug(2, "channel", `shm channel to ${b.peerName} (pid ${peerPid}) up, rings of ${conn.ringBytes} bytes`);
     return channel;
   }

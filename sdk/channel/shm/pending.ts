@@ -58,6 +58,12 @@ export function channelError(name: string, peer: string, e: unknown): unknown {
   return e;
 }
 
+/** What a channel fails its pending operations with when its pipe closed with `error`. */
+export function pipeClosedError(name: string, peer: string, error: Error): Error {
+  if (error instanceof WorkerUnavailableError) return error;
+  return new WorkerUnavailableError(`the ${name} channel to ${peer} lost its pipe: ${error.message}`, peer);
+}
+
 /** The default close() error. */
 export function closedError(name: string, peer: string): WorkerUnavailableError {
   return new WorkerUnavailableError(

@@ -32,7 +32,7 @@ import {
   type ChannelContext,
   type ChannelSend,
 } from "../interface.js";
-import { channelError, closedError, Inbox, Pending } from "../shm/pending.js";
+import { channelError, closedError, Inbox, Pending, pipeClosedError } from "../shm/pending.js";
 
 const DESCRIPTOR_BYTES = 16;
 
@@ -163,7 +163,7 @@ export class UcxChannelContext implements ChannelContext {
       throw channelError("ucx", b.peerName, e);
     }
     const channel = new UcxChannel(conn, b.peerName);
-    b.onClose((error) => channel.close(error ?? undefined));
+    b.onClose((error) => channel.close(error ? pipeClosedError("ucx", b.peerName, error) : undefined));
     debug(
       2,
       "channel",
