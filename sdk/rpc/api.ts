@@ -16,6 +16,7 @@ import { RRef } from "./rref.js";
 import { parseInitOptions, type RendezvousInitOptions, type WorkerInfo } from "./rendezvous/index.js";
 
 export type { CallOptions, WorkerInfo };
+export { setShippingScope } from "./shipping/scope.js";
 export { addMessageHook, type MessageHook, type HookedMessageKind } from "./agent.js";
 // NB: installs the device-map message hook (after agent.js, whose hook list it joins).
 import "./device_map_hook.js";
