@@ -32,6 +32,8 @@ const require = createRequire(import.meta.url);
 
 // The parts of tslab 1.0.x this file wraps (tslab/dist/*.js, CommonJS).
 interface Executor {
+  /** The cells' shared `exports` object (top-level names). */
+  locals?: object;
   execute(src: string): Promise<boolean>;
   interrupt(): void;
 }
@@ -131,6 +133,9 @@ function wrapExecutor(mod: ExecutorModule): void {
       },
     };
     const ex = orig(rootDir, convs, console);
+    // NB: tslab compiles a name from an earlier cell to `exports.NAME`; code shipping resolves those
+    // (and bare top-level names) on this executor's exports object.
+    tprpc.rpc.setShippingScope(ex.locals ?? null);
     const execute = ex.execute.bind(ex);
     let prelude: Promise<void> | null = (async () => {
       const saved = cell;

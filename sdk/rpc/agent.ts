@@ -51,6 +51,7 @@ import {
   explainReferenceError,
   materializeTarget,
 } from "./shipping/index.js";
+import { currentShippingScope } from "./shipping/scope.js";
 
 interface Pending {
   resolve: (v: unknown) => void;
@@ -385,7 +386,7 @@ export class Agent implements RRefHost {
         record = describeTarget(target as never, {
           builtins: BuiltinIndex.of(this.sdk),
           registry: this.registry,
-          scope: (this.sdk.__shippingScope as object | undefined) ?? globalThis,
+          scope: currentShippingScope(),
         });
     } catch (e) {
       return Promise.reject(e);
