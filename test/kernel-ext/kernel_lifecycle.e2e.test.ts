@@ -1,0 +1,85 @@
+/**
+ * The tprpc kernel under a real Jupyter server (the runner's private one): a kernel that
+ * started a cluster is interrupted mid-RPC (the call fails with an interrupt error, the
+ * workers ignore the SIGINT and the cluster stays usable), restarted (its workers are gone
+ * by pid; the prelude runs again) and shut down (the kernel and its new workers are gone).
+ * Skipped where no Python has jupyter_server.
+ */
+import { spawnSync } from "node:child_process";
+import os from "node:os";
+import { KernelManager, ServerConnection, type Kernel } from "@jupyterlab/services";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startServer, type JupyterServer } from "../../scripts/run-notebooks/server.js";
+import { alive, exec, gone } from "./e2e_helpers.js";
+
+const hasJupyter = [process.env.TPRPC_JUPYTER_PYTHON, "/usr/bin/python3", "python3"]
+  .filter(Boolean)
+  .some((py) => spawnSync(py!, ["-c", "import jupyter_server"], { stdio: "ignore" }).status === 0);
+
+describe.skipIf(!hasJupyter)("tprpc kernel lifecycle (e2e)", () => {
+  let server: JupyterServer;
+  let manager: KernelManager;
+  let k: Kernel.IKernelConnection;
+
+  beforeAll(async () => {
+    server = await startServer({ rootDir: os.tmpdir() });
+    manager = new KernelManager({
+      serverSettings: ServerConnection.makeSettings({
+        baseUrl: server.baseUrl,
+        wsUrl: server.baseUrl.replace(/^http/, "ws"),
+        token: server.token,
+        appendToken: true,
+      }),
+    });
+    await manager.ready;
+    k = await manager.startNew({ name: server.kernelName });
+  }, 120_000);
+
+  afterAll(async () => {
+    manager?.dispose();
+    await server?.stop();
+  });
+
+  it("interrupts a pending RPC, restarts and shuts down without orphan workers", async () => {
+    const start =
+      "const c = await tprpc.cluster.start({ workers: 2 }); console.log(JSON.stringify([process.pid, ...c.pids]));";
+    const first = await exec(k, start, 120_000);
+    expect(first.status, JSON.stringify(first)).toBe("ok");
+    const [kernelPid, ...pids] = JSON.parse(first.stdout.trim().split("\n").at(-1)!) as number[];
+    expect(pids).toHaveLength(2);
+    expect(pids.every(alive)).toBe(true);
+
+    // Interrupt a call the worker would answer only after 20 s.
+    const t0 = Date.now();
+    const pending = exec(
+      k,
+      'await tprpc.rpc.rpcSync("worker1", async () => { await new Promise((r) => setTimeout(r, 20_000)); return 1; })',
+    );
+    await new Promise((r) => setTimeout(r, 1_500));
+    await k.interrupt();
+    const interrupted = await pending;
+    expect(Date.now() - t0).toBeLessThan(15_000);
+    expect(interrupted.status).toBe("error");
+    expect(interrupted.ename).toBe("InterruptError");
+    expect(interrupted.errorOutput?.evalue).toContain("1 pending RPC was cancelled");
+    expect(pids.every(alive)).toBe(true); // the workers ignored the group's SIGINT
+    // NB: tslab drops requests arriving within 200 ms after a failed cell.
+    await new Promise((r) => setTimeout(r, 400));
+    const after = await exec(k, 'await tprpc.rpc.rpcSync("worker2", (a: number) => a + 1, [41])');
+    expect(after.status, JSON.stringify(after)).toBe("ok");
+    expect(after.result).toBe("42");
+
+    // Restart: the old kernel and its workers are gone; the new kernel has `tprpc` again.
+    await k.restart();
+    expect(await gone([kernelPid!, ...pids], 15_000)).toEqual([]);
+    const second = await exec(k, start, 120_000);
+    expect(second.status, JSON.stringify(second)).toBe("ok");
+    const [kernelPid2, ...pids2] = JSON.parse(second.stdout.trim().split("\n").at(-1)!) as number[];
+    expect(kernelPid2).not.toBe(kernelPid);
+    expect(pids2.every(alive)).toBe(true);
+
+    // Shutdown: the kernel and its workers are gone.
+    await k.shutdown();
+    expect(await gone([kernelPid2!, ...pids2], 15_000)).toEqual([]);
+  }, 240_000);
+});
