@@ -1,0 +1,131 @@
+/**
+ * Display helpers without a kernel and with a recording sink: tensor tables (caption,
+ * values, elided middles of big tensors), the MIME-bundle protocol, progress text and
+ * in-place updates under one display id, SVG line charts (one path per series, log axis,
+ * bad input) and a LiveChart that redraws in place.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { arange, display, tensor, ValueError } from "../../sdk/index.js";
+
+interface Shown {
+  bundle: display.MimeBundle;
+  displayId?: string;
+  update?: boolean;
+}
+
+function record(): Shown[] {
+  const shown: Shown[] = [];
+  display.setDisplaySink({ display: (bundle, o) => shown.push({ bundle, ...o }) });
+  return shown;
+}
+
+afterEach(() => display.setDisplaySink(null));
+
+describe("tensor tables", () => {
+  it("shows shape, dtype and every value of a small tensor", () => {
+    const b = display.mimeBundle(
+      tensor([
+        [1.5, 2],
+        [3, 4],
+      ]),
+    )!;
+    expect(b["text/plain"]).toContain("tensor(");
+    const html = b["text/html"]!;
+    expect(html).toContain("Tensor [2, 2] float32 cpu");
+    for (const v of ["1.5", "2.0", "3.0", "4.0"]) expect(html).toContain(`>${v}<`);
+  });
+
+  it("elides the middle of big tensors and labels rows of 3-d tensors", () => {
+    const html = display.tensorHtml(arange(100 * 100).reshape([100, 100]));
+    expect(html).toContain("⋯");
+    expect(html).toContain("⋮");
+    expect(html).toContain(">9999<"); // the last element
+    expect(html).not.toContain(">5050<"); // one in the middle
+    const three = display.tensorHtml(arange(24).reshape([2, 3, 4]));
+    expect(three).toContain("[1, 2]");
+    expect(three).toContain(">23<");
+  });
+
+  it("reads single elements of a (transposed) tensor too big to copy whole", () => {
+    const t = arange(300 * 300)
+      .reshape([300, 300])
+      .t();
+    const html = display.tensorHtml(t);
+    expect(html).toContain(">89700<"); // row 0, last column: element [299, 0] of the original
+    expect(html).toContain(">299<"); // row 299, column 0
+    expect(html).toContain(">89999<");
+    // Row 0 of the transpose is column 0 of the original: 0, 300, 600, …
+    expect(html).toMatch(/<td[^>]*>0<\/td><td[^>]*>300<\/td><td[^>]*>600<\/td>/);
+  });
+});
+
+describe("display and the MIME-bundle protocol", () => {
+  it("sends objects' own bundles and updates in place under one display id", () => {
+    const shown = record();
+    const obj = { [display.MIME_BUNDLE]: () => ({ "text/plain": "me", "text/html": "<b>me</b>" }) };
+    const h = display.display(obj);
+    h.update({ [display.MIME_BUNDLE]: () => ({ "text/plain": "me too" }) });
+    display.display("plain text");
+    expect(shown).toEqual([
+      { bundle: { "text/plain": "me", "text/html": "<b>me</b>" }, displayId: h.displayId, update: false },
+      { bundle: { "text/plain": "me too" }, displayId: h.displayId, update: true },
+      { bundle: { "text/plain": "plain text" }, displayId: expect.any(String), update: false },
+    ]);
+  });
+});
+
+describe("progress", () => {
+  it("draws once, then updates the same output, and ends with the final count", () => {
+    const shown = record();
+    const bar = display.progress(10, { label: "train", everyMs: 0 });
+    for (let i = 1; i <= 10; i++) bar.update(i, { loss: 1 / i });
+    bar.done();
+    bar.done();
+    expect(shown).toHaveLength(11);
+    expect(shown[0]!.update).toBe(false);
+    expect(shown.slice(1).every((s) => s.update && s.displayId === shown[0]!.displayId)).toBe(true);
+    const last = shown.at(-1)!.bundle;
+    expect(last["text/plain"]).toMatch(/^train 10\/10 100% \[.*it\/s\] loss=0\.1$/);
+    expect(last["text/html"]).toContain('<progress value="10" max="10"');
+  });
+
+  it("throttles redraws", () => {
+    const shown = record();
+    const bar = display.progress(1000, { everyMs: 60_000 });
+    for (let i = 1; i <= 1000; i++) bar.update(i);
+    bar.done();
+    expect(shown).toHaveLength(2); // the first update and done()
+  });
+});
+
+describe("line charts", () => {
+  it("draws one path per series, a legend, axis labels and ticks", () => {
+    const svg = display.lineChartSvg(
+      { loss: [4, 2, 1, 0.5], reward: { x: [0, 10, 20], y: [0, 5, 7] } },
+      { title: "curves", xLabel: "step", yLabel: "value" },
+    );
+    expect(svg.startsWith("<svg")).toBe(true);
+    expect(svg.match(/<path /g)).toHaveLength(2);
+    for (const s of ["curves", "step", "value", ">loss<", ">reward<"]) expect(svg).toContain(s);
+    expect(svg).toContain(">20<"); // an x tick at the end of the domain
+  });
+
+  it("log axis drops non-positive points; a moving average adds a path; bad series throw", () => {
+    const svg = display.lineChartSvg({ l: [1, 0, 0.1, 0.01, 0.001] }, { logY: true, smooth: 2 });
+    expect(svg.match(/<path /g)).toHaveLength(2);
+    expect(() => display.lineChartSvg({ l: { x: [1, 2], y: [1] } })).toThrow(ValueError);
+  });
+
+  it("plot() sends SVG with a text summary; a LiveChart redraws in place", () => {
+    const shown = record();
+    display.plot({ loss: [3, 2, 1] }, { title: "t" });
+    expect(shown[0]!.bundle["image/svg+xml"]).toContain("<svg");
+    expect(shown[0]!.bundle["text/plain"]).toBe("[chart] t\nloss: 3 points, first 3, last 1, min 1, max 3");
+    const chart = display.chart({ everyMs: 0 });
+    chart.push("r", 1);
+    chart.push("r", 2);
+    chart.done();
+    expect(shown.slice(1).map((s) => s.update)).toEqual([false, true, true]);
+    expect(chart.series()).toEqual({ r: { x: [0, 1], y: [1, 2] } });
+  });
+});
