@@ -6,7 +6,7 @@
  * (request map, inverse for replies, tensors placed on receipt).
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { DeviceError, ValueError, backend, rpc, tensor, type Tensor } from "../../sdk/index.js";
+import { DeviceError, ValueError, backend, cuda, rpc, tensor, type Tensor } from "../../sdk/index.js";
 import { DeviceMap, parseDeviceMaps, parseDevices, targetDevice } from "../../sdk/rpc/device_map.js";
 import { makeDeviceMapHook, mapTensors } from "../../sdk/rpc/device_map_hook.js";
 import { parseInitOptions } from "../../sdk/rpc/rendezvous/options.js";
@@ -87,7 +87,7 @@ describe("RpcBackendOptions.setDeviceMap", () => {
   });
 });
 
-describe("initRpc's device options on this machine (no CUDA)", () => {
+describe.skipIf(cuda.isAvailable())("initRpc's device options on this machine (no CUDA)", () => {
   it("refuses a CUDA source device, saying the machine has none and why", () => {
     expect(() => parseInitOptions("master", { ...base, deviceMaps: { worker1: { "cuda:0": "cuda:1" } } }, {})).toThrow(
       /worker "master": deviceMaps\["worker1"\] maps source device cuda:0, but this machine has 0 CUDA device\(s\) \(.+\); map only local devices/,

@@ -27,7 +27,8 @@ import {
 import * as raw from "../../sdk/tensor/raw.js";
 import { HostBackedDevices } from "./device_double.js";
 
-describe("devices without a CUDA backend (this machine)", () => {
+// NB: where CUDA is usable (a GPU machine) this half does not apply: skipped by capability.
+describe.skipIf(cuda.isAvailable())("devices without a CUDA backend (this machine)", () => {
   it("parses cpu, cuda, cuda:N, N and Devices, and rejects the rest", () => {
     expect(Device.parse("cpu").toString()).toBe("cpu");
     expect(Device.parse("cuda").toString()).toBe("cuda:0");
