@@ -30,7 +30,7 @@ import { collectTensors, mapTensors } from "./tensors.js";
 export const HOOK_KEY = "distAutograd";
 
 /** The metadata on the wire: context id; for messages with tensors requiring grad, message id, their wire indices and the tensor count. */
-interface Meta {
+export interface Meta {
   c: number;
   m?: number;
   g?: number[];
@@ -41,7 +41,8 @@ function isId(v: unknown): v is number {
   return typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
 }
 
-function parseMeta(meta: unknown): Meta | null {
+/** Checks metadata from the wire (hostile input): a ProtocolError for anything malformed. */
+export function parseMeta(meta: unknown): Meta | null {
   if (meta === undefined || meta === null) return null;
   const m = meta as Partial<Meta>;
   if (typeof meta !== "object" || !isId(m.c)) throw new ProtocolError("bad distributed autograd metadata");

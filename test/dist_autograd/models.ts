@@ -92,7 +92,7 @@ export function installModels(): string {
   const trainerStep = (x: Tensor, y: Tensor) =>
     T.distAutograd.context(async (ctxId) => {
       const rm = state.rm as InstanceType<typeof T.RemoteModule>;
-      const loss = T.nn.functional.mseLoss(await rm.forward(x), y);
+      const loss = T.nn.functional.mseLoss((await rm.forward(x)) as Tensor, y);
       await T.distAutograd.backward(ctxId, [loss]);
       await (state.opt as InstanceType<typeof T.DistributedOptimizer>).step(ctxId);
       return loss.item();

@@ -69,7 +69,8 @@ const fixture = JSON.parse(
 
 const f32 = (v: Nested) => tensor(v as number[], { dtype: "float32" });
 const flat = (v: Nested): number[] => (Array.isArray(v) ? v.flatMap(flat) : [v]);
-const OPTIMS = { sgd: optim.SGD, adam: optim.Adam } as const;
+// NB: typed as one class so TypeScript can infer the options type of `new DistributedOptimizer(OPTIMS[name], …)`
+const OPTIMS: Record<"sgd" | "adam", typeof optim.Adam> = { sgd: optim.SGD as never, adam: optim.Adam };
 const NAMES = ["sgd", "adam"] as const;
 
 /** A Linear layer with the given weights (the local reference runs). */
