@@ -1,5 +1,6 @@
 /**
- * The tprpc kernel under a real Jupyter server (the runner's private one): a kernel that
+ * The tprpc kernel under a real Jupyter server (the runner's private one): it
+ * fails cells with compile errors and unhandled rejections (as error outputs); a kernel that
  * started a cluster is interrupted mid-RPC (the call fails with an interrupt error, the
  * workers ignore the SIGINT and the cluster stays usable), restarted (its workers are gone
  * by pid; the prelude runs again) and shut down (the kernel and its new workers are gone).
@@ -39,6 +40,23 @@ describe.skipIf(!hasJupyter)("tprpc kernel lifecycle (e2e)", () => {
     manager?.dispose();
     await server?.stop();
   });
+
+  it("reports compile errors and unhandled rejections as error outputs, and rich results", async () => {
+    // NB: tslab drops requests arriving within 200 ms after a failed cell.
+    const pause = () => new Promise((r) => setTimeout(r, 400));
+    const compile = await exec(k, 'const n: number = "x";');
+    expect(compile.status).toBe("error");
+    expect(compile.errorOutput?.ename).toBe("CompileError");
+    expect(compile.errorOutput?.evalue).toContain("not assignable to type 'number'");
+    await pause();
+    const lost = await exec(k, 'Promise.reject(new tprpc.ValueError("lost in the background"));\n1');
+    expect(lost.status).toBe("error");
+    expect(lost.errorOutput).toMatchObject({ ename: "ValueError", evalue: "lost in the background" });
+    await pause();
+    const ok = await exec(k, "tprpc.tensor([[1, 2], [3, 4]])");
+    expect(ok.status).toBe("ok");
+    expect(ok.result).toContain("tensor([[1, 2],");
+  }, 120_000);
 
   it("interrupts a pending RPC, restarts and shuts down without orphan workers", async () => {
     const start =
