@@ -65,7 +65,7 @@ describe("metadata from the wire", () => {
 
 describe("send and recv nodes", () => {
   it("checks the gradients a peer sends for a send node", () => {
-    const x = tensor([1, 2], { requiresGrad: true });
+    const x = tensor([1, 2], { dtype: "float32", requiresGrad: true });
     const send = new SendNode([null], [x], 1, 2, "worker1");
     expect(() => send.setGrads([])).toThrow(AutogradError);
     expect(() => send.setGrads([tensor([1, 2, 3])])).toThrow(ShapeError);
@@ -122,7 +122,7 @@ describe("a one-worker group calling itself", () => {
   });
 
   it("does not record RPCs outside a context, nor inside noGrad", async () => {
-    const w = tensor([1, 2], { requiresGrad: true });
+    const w = tensor([1, 2], { dtype: "float32", requiresGrad: true });
     const out = await rpc.rpcSync<Tensor>("solo", (t: Tensor) => t.mul(2), [w]);
     expect(out.gradFn).toBeNull(); // arrives as a leaf (requiresGrad travels, the graph does not)
     await distAutograd.context(async () => {
@@ -139,7 +139,7 @@ describe("a one-worker group calling itself", () => {
     const module = (await rm.getModuleRRef().toHere()) as InstanceType<typeof nn.Linear>;
     const before = module.weight.toArray();
     const opt = new DistributedOptimizer(optim.SGD, params, { lr: 0.5 });
-    const x = tensor([[1, 2, 3]]);
+    const x = tensor([[1, 2, 3]], { dtype: "float32" });
     await distAutograd.context(async (ctxId) => {
       const y = (await rm.forward(x)) as Tensor;
       await distAutograd.backward(ctxId, [y.sum()]);
@@ -155,9 +155,13 @@ describe("a one-worker group calling itself", () => {
 
   it("refuses bad arguments with typed errors that say what to do", async () => {
     class MyOpt extends optim.SGD {}
-    expect(() => new DistributedOptimizer(MyOpt, [new rpc.RRef(tensor([1]))], { lr: 1 })).toThrow(/rpc\.register/);
+    expect(() => new DistributedOptimizer(MyOpt, [new rpc.RRef(tensor([1], { dtype: "float32" }))], { lr: 1 })).toThrow(
+      /rpc\.register/,
+    );
     expect(() => new DistributedOptimizer(optim.SGD, [], { lr: 1 })).toThrow(ValueError);
     expect(() => new RemoteModule("", nn.Linear, [1, 1])).toThrow(ValueError);
-    await expect(distAutograd.backward(42, [tensor([1], { requiresGrad: true }).sum()])).rejects.toThrow(AutogradError);
+    await expect(
+      distAutograd.backward(42, [tensor([1], { dtype: "float32", requiresGrad: true }).sum()]),
+    ).rejects.toThrow(AutogradError);
   });
 });
