@@ -54,6 +54,8 @@ export interface NativeGpu {
   /** A device pointer to `bytes` fresh bytes on `device`. */
   memAlloc(device: number, bytes: number): bigint;
   memFree(device: number, ptr: bigint): void;
+  /** Free and total bytes of `device`, as torch.cuda.mem_get_info. */
+  memInfo(device: number): { free: number; total: number };
   /** Host bytes `src` to [ptr + offset, ...). */
   copyHtoD(device: number, ptr: bigint, offset: number, src: Uint8Array): void;
   /** [ptr + offset, ...) to the host bytes `dst`. */

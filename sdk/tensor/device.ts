@@ -93,6 +93,15 @@ export const cuda = {
   deviceCount(): number {
     return deviceBackendFor("cuda")?.deviceCount() ?? 0;
   },
+  /** [free, total] bytes of a CUDA device (default cuda:0), as torch.cuda.mem_get_info. */
+  memGetInfo(device: DeviceLike = 0): [number, number] {
+    const d = Device.parse(device);
+    if (d.type !== "cuda") throw new DeviceError(`memGetInfo() expects a CUDA device, got '${d}'`);
+    assertDeviceUsable(d);
+    const info = deviceBackendFor("cuda")!.memoryInfo?.(d);
+    if (!info) throw new DeviceError("this CUDA backend does not report memory use");
+    return [info.free, info.total];
+  },
   /** Why CUDA is not available here (null when it is), for diagnostics. */
   unavailableReason(): string | null {
     return deviceBackendFor("cuda") ? null : (deviceUnavailableReason("cuda") ?? "no CUDA backend is registered");

@@ -3,7 +3,8 @@
  * layer's CUDA DeviceBackend, the addon's gpu() memory calls and the dlopen
  * table — against a stand-in libcuda compiled here, whose "device" memory is
  * host malloc memory and which refuses a pointer used under another device's
- * context (CUDA_ERROR_INVALID_CONTEXT), so a missing context switch shows.
+ * context (CUDA_ERROR_INVALID_CONTEXT), so a missing context switch shows,
+ * and which counts live allocations (cuMemGetInfo), so leaks show.
  * The compiled SDK runs in a child process with LD_LIBRARY_PATH set.
  * NB: this checks tprpc's glue, not a GPU; issue 9 part B runs it on one.
  */
@@ -26,6 +27,7 @@ typedef unsigned long long P;
 static void* cur = 0;
 static struct { P p; void* ctx; } allocs[4096];
 static int nallocs = 0;
+static long live = 0;
 static void* ctx_of(P p) {
   for (int i = 0; i < nallocs; i++)
     if (p >= allocs[i].p && p < allocs[i].p + (1u << 20)) return allocs[i].ctx;
@@ -38,9 +40,10 @@ int cuCtxSetCurrent(void* c) { cur = c; return 0; }
 int cuGetErrorName(int e, const char** s) { *s = e == 201 ? "CUDA_ERROR_INVALID_CONTEXT" : "CUDA_ERROR_OTHER"; return 0; }
 int cuMemAlloc_v2(P* p, size_t n) {
   if (cur == 0 || nallocs == 4096) return 201;
-  *p = (P)malloc(1u << 20); allocs[nallocs].p = *p; allocs[nallocs].ctx = cur; nallocs++; return 0;
+  *p = (P)malloc(1u << 20); allocs[nallocs].p = *p; allocs[nallocs].ctx = cur; nallocs++; live++; return 0;
 }
-int cuMemFree_v2(P p) { return 0; }
+int cuMemFree_v2(P p) { if (ctx_of(p) != cur) return 201; live--; return 0; }  /* NB: never reused */
+int cuMemGetInfo_v2(size_t* f, size_t* t) { *t = (size_t)1 << 30; *f = *t - (size_t)live * (1u << 20); return 0; }
 int cuMemcpyHtoD_v2(P d, const void* s, size_t n) { if (ctx_of(d) != cur) return 201; memcpy((void*)d, s, n); return 0; }
 int cuMemcpyDtoH_v2(void* d, P s, size_t n) { if (ctx_of(s) != cur) return 201; memcpy(d, (void*)s, n); return 0; }
 int cuMemcpyDtoD_v2(P d, P s, size_t n) {
@@ -66,12 +69,16 @@ function standInDriver(symbols: string[]): string {
 describe.skipIf(skip !== null)("CUDA tensors over a stand-in driver", () => {
   it("move, print, differentiate and fail as the DeviceBackend contract says", () => {
     const dir = standInDriver(native!.libraryTable().cuda.symbols);
-    const r = runFixture<Record<string, unknown>>("gpu-tensors.mjs", [], { env: { LD_LIBRARY_PATH: dir } }).result;
+    const r = runFixture<Record<string, unknown>>("gpu-tensors.mjs", [], {
+      env: { LD_LIBRARY_PATH: dir },
+      flags: ["--expose-gc"],
+    }).result;
     const m = [
       [1, 2, 3],
       [4, 5, 6],
     ];
     expect(r).toEqual({
+      memory: { allocatedMiB: 50, freedAll: true }, // one stand-in block (1 MiB) per storage
       available: true,
       count: 2,
       device: "cuda:1",

@@ -54,7 +54,7 @@ bool LoadDriver(CudaDriver& d) {
                           SLOT(d, cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId"),
                           SLOT(d, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
                           SLOT(d, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
-                          SLOT(d, cuCtxSetCurrent, "cuCtxSetCurrent"), SLOT(d, cuMemAlloc, "cuMemAlloc_v2"),
+                          SLOT(d, cuCtxSetCurrent, "cuCtxSetCurrent"), SLOT(d, cuMemGetInfo, "cuMemGetInfo_v2"), SLOT(d, cuMemAlloc, "cuMemAlloc_v2"),
                           SLOT(d, cuMemFree, "cuMemFree_v2"), SLOT(d, cuMemcpyHtoD, "cuMemcpyHtoD_v2"),
                           SLOT(d, cuMemcpyDtoH, "cuMemcpyDtoH_v2"), SLOT(d, cuMemcpyDtoD, "cuMemcpyDtoD_v2"),
                           SLOT(d, cuMemcpyPeerAsync, "cuMemcpyPeerAsync"),
@@ -224,6 +224,18 @@ Napi::Value MemAlloc(const Napi::CallbackInfo& info) {
   return Napi::BigInt::New(env, static_cast<uint64_t>(p));
 }
 
+// memInfo(device) -> { free, total } bytes, as torch.cuda.mem_get_info.
+Napi::Value MemInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const CudaDriver& d = Current(env, info[0].As<Napi::Number>().Int32Value());
+  size_t free_bytes = 0, total = 0;
+  Check(env, d, d.cuMemGetInfo(&free_bytes, &total), "cuMemGetInfo");
+  auto o = Napi::Object::New(env);
+  o.Set("free", Napi::Number::New(env, static_cast<double>(free_bytes)));
+  o.Set("total", Napi::Number::New(env, static_cast<double>(total)));
+  return o;
+}
+
 // memFree(device, ptr)
 Napi::Value MemFree(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -278,6 +290,7 @@ Napi::Value Namespace(const Napi::CallbackInfo& info) {
   o.Set("ncclUniqueId", Napi::Function::New(env, NcclUniqueId));
   o.Set("memAlloc", Napi::Function::New(env, MemAlloc));
   o.Set("memFree", Napi::Function::New(env, MemFree));
+  o.Set("memInfo", Napi::Function::New(env, MemInfo));
   o.Set("copyHtoD", Napi::Function::New(env, CopyHtoD));
   o.Set("copyDtoH", Napi::Function::New(env, CopyDtoH));
   o.Set("copyDtoD", Napi::Function::New(env, CopyDtoD));

@@ -49,6 +49,7 @@ struct CudaDriver {
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);  // _v2
   CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuMemGetInfo)(size_t*, size_t*);    // _v2
   CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);  // _v2
   CUresult (*cuMemFree)(CUdeviceptr);            // _v2
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);  // _v2

@@ -189,6 +189,8 @@ export interface DeviceBackend {
   copyFromHost(src: Uint8Array, dst: DeviceMemory, dstOffset: number): void;
   /** dst = src[srcOffset .. srcOffset + dst.byteLength) (device to host). */
   copyToHost(src: DeviceMemory, srcOffset: number, dst: Uint8Array): void;
+  /** Free and total bytes of `device` (optional; torch.cuda.mem_get_info). */
+  memoryInfo?(device: Device): { free: number; total: number };
   /** Device to device, possibly across devices of this type (peer copy). */
   copyDevice(src: DeviceMemory, srcOffset: number, dst: DeviceMemory, dstOffset: number, byteLength: number): void;
 }

@@ -16,6 +16,7 @@ import type { DeviceBackend, DeviceMemory } from "../interface.js";
 export interface CudaMemoryApi {
   memAlloc(device: number, bytes: number): bigint;
   memFree(device: number, ptr: bigint): void;
+  memInfo(device: number): { free: number; total: number };
   copyHtoD(device: number, ptr: bigint, offset: number, src: Uint8Array): void;
   copyDtoH(device: number, ptr: bigint, offset: number, dst: Uint8Array): void;
   copyDtoD(
@@ -65,6 +66,10 @@ export class CudaDeviceBackend implements DeviceBackend {
       if (zero) this.api.copyHtoD(device.index, ptr, 0, new Uint8Array(byteLength));
     }
     return mem;
+  }
+
+  memoryInfo(device: Device): { free: number; total: number } {
+    return this.api.memInfo(device.index);
   }
 
   copyFromHost(src: Uint8Array, dst: DeviceMemory, dstOffset: number): void {
