@@ -19,7 +19,7 @@ import { AutogradError } from "../errors/index.js";
 import * as raw from "../tensor/raw.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { debug } from "../util/index.js";
-import { getWorkerInfo } from "../rpc/api.js";
+import { currentAgent, getWorkerInfo, onWorkerLeave } from "../rpc/api.js";
 import type { SendNode } from "./functions.js";
 
 /** Ids: worker id × 2^32 + a per-worker counter (safe integers while worker ids stay below 2^21). */
@@ -52,6 +52,26 @@ let msgCounter = 0;
 const als = new AsyncLocalStorage<number | null>();
 let ambient: number | null = null;
 
+/** The agents whose membership we watch (one subscription per initRpc). */
+const watched = new WeakSet<object>();
+
+/**
+ * A worker that leaves (or dies) can no longer run or release the contexts it
+ * started: drop our share of them, so a dead initiator leaves no context here.
+ */
+function watchLeaves(): void {
+  const agent = currentAgent();
+  if (!agent || watched.has(agent)) return;
+  watched.add(agent);
+  onWorkerLeave((w) => {
+    for (const id of [...contexts.keys()])
+      if (Math.floor(id / ID_SHIFT) === w.id) {
+        debug(1, "dist_autograd", `worker "${w.name}" left: dropping its context ${id}`);
+        dropContext(id);
+      }
+  });
+}
+
 function workerBits(): number {
   const id = getWorkerInfo().id;
   if (!Number.isInteger(id) || id < 0 || id >= 2 ** 21)
@@ -76,6 +96,7 @@ export function newMessageId(): number {
 export function getOrCreateContext(id: number): DistAutogradContext {
   let ctx = contexts.get(id);
   if (!ctx) {
+    watchLeaves();
     ctx = new DistAutogradContext(id);
     contexts.set(id, ctx);
     debug(3, "dist_autograd", `joined context ${id}`);

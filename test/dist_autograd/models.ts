@@ -144,6 +144,18 @@ export function installModels(): string {
     return y;
   };
 
+  /** Opens a context here that is never released, and makes `peer` join it; resolves to its id. */
+  const openContextWith = (peer: string) =>
+    new Promise<number>((resolve, reject) => {
+      T.distAutograd
+        .context(async (id) => {
+          await T.rpc.rpcSync(peer, "dist.contextCount");
+          resolve(id);
+          await new Promise(() => undefined);
+        })
+        .catch(reject);
+    });
+
   const all: Record<string, unknown> = {
     Block,
     Shard,
@@ -161,6 +173,7 @@ export function installModels(): string {
     throwingInner,
     leafRRef,
     leafValue,
+    openContextWith,
   };
   for (const [name, value] of Object.entries(all)) T.rpc.register(`dist.${name}`, value);
   return T.rpc.getWorkerInfo().name;

@@ -4,7 +4,8 @@
  * an error thrown in worker2's part of backward rejects the master's
  * backward with that error; worker2 killed (SIGKILL) while it runs its part
  * rejects the master's backward with WorkerUnavailableError within 2 s, and
- * afterwards no context is left on any live worker.
+ * afterwards no context is left on any live worker; a worker that dies
+ * holding a context it started takes that context off the survivors.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RemoteError, type Tensor, WorkerUnavailableError, distAutograd, rpc } from "../../sdk/index.js";
@@ -64,5 +65,15 @@ describe("distributed backward failures", () => {
     process.stdout.write(`backward rejected ${ms.toFixed(0)} ms after worker2 was killed\n`);
     expect(ms).toBeLessThan(2_000);
     expect(await liveCounts()).toEqual([0, 0]);
+  });
+
+  it("drops the contexts a dead worker started from the live workers", async () => {
+    const ctxId = await rpc.rpcSync<number>("worker1", "dist.openContextWith", ["master"]);
+    expect(distAutograd.contextCount()).toBe(1);
+    expect(Math.floor(ctxId / 2 ** 32)).toBe(rpc.getWorkerInfo("worker1").id);
+    cluster!.workers.find((w) => w.name === "worker1")!.process.kill("SIGKILL");
+    const until = performance.now() + 10_000;
+    while (distAutograd.contextCount() > 0 && performance.now() < until) await new Promise((r) => setTimeout(r, 20));
+    expect(distAutograd.contextCount()).toBe(0);
   });
 });
