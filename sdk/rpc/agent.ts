@@ -20,17 +20,26 @@
 import os from "node:os";
 import { RpcNotInitializedError, RpcTimeoutError, WorkerUnavailableError } from "../errors/index.js";
 import { debug } from "../util/index.js";
-import type { TransportConnection, TransportListener } from "../transport/interface.js";
+import type { TransportListener } from "../transport/interface.js";
 import { tcpTransport } from "../transport/tcp/index.js";
 import {
   type DecodedMessage,
-  FrameReader,
   MessageType,
   type RemoteErrorRecord,
-  decodeFrame,
+  decodeControl,
   encodeMessage,
   errorFromWire,
 } from "../wire/index.js";
+import type { Capabilities, ChannelBuffer } from "../channel/interface.js";
+import {
+  Pipe,
+  type PipeInfo,
+  type PipeOptions,
+  checkAllowedChannels,
+  localCapabilities,
+  parseChannelList,
+} from "../pipe/index.js";
+import { deviceBackendFor } from "../tensor/backend/devices.js";
 import {
   type InitConfig,
   Membership,
@@ -40,6 +49,7 @@ import {
   barrier,
   rendezvous,
 } from "./rendezvous/index.js";
+import { type CallKind, type CallRecord, nowMs, profiler } from "./profiler.js";
 import { RRef, RRefContext, type RRefHost, setCurrentHost } from "./rref.js";
 import {
   BuiltinIndex,
@@ -60,6 +70,8 @@ interface Pending {
   peer: string;
   /** The full record, for a resend when the callee lost the shipped code. */
   retry: (() => void) | null;
+  /** The profiler's record of this call (while rpc.profiler is enabled). */
+  prof: CallRecord | null;
 }
 
 interface RequestPayload {
@@ -178,31 +190,42 @@ function isClass(fn: unknown): fn is new (...a: unknown[]) => unknown {
   return typeof fn === "function" && /^class[\s{]/.test(Function.prototype.toString.call(fn));
 }
 
+/** One pipe plus what the agent needs to talk on it. */
 class Peer {
-  private readonly reader: FrameReader;
   constructor(
-    readonly name: string,
-    readonly conn: TransportConnection,
+    readonly pipe: Pipe,
     private readonly rrefs: RRefContext,
-    onMessage: (m: DecodedMessage, peer: Peer) => void,
+    onMessage: (m: DecodedMessage, peer: Peer, bytes: number) => void,
     onDead: (peer: Peer, e: Error | null) => void,
   ) {
-    this.reader = new FrameReader((f) => onMessage(decodeFrame(f, { user: rrefs }), this));
-    conn.onData((chunk) => {
-      try {
-        this.reader.push(chunk);
-      } catch (e) {
-        debug(1, "rpc", `closing the pipe to ${name}: ${(e as Error).message}`);
-        conn.close();
-        onDead(this, e as Error);
-      }
+    pipe.onMessage((r) => {
+      const bytes = r.buffers.map((b) => (b.kind === "cpu" ? b.bytes : new Uint8Array(0)));
+      // NB: a decode error propagates to the pipe, which closes (a malformed frame closes that pipe)
+      onMessage(decodeControl(r.control, bytes, { user: rrefs }), this, r.bytes);
     });
-    conn.onClose((e) => onDead(this, e));
+    pipe.onClose((e) => onDead(this, e));
   }
 
-  send(type: MessageType, id: number, payload: unknown): Promise<void> {
-    const m = encodeMessage({ type, id, payload }, { user: this.rrefs });
-    return this.conn.write([m.header, m.payload, ...m.buffers]);
+  get name(): string {
+    return this.pipe.peerName;
+  }
+
+  /** Encodes and sends one message; resolves to the bytes sent once it left. */
+  send(type: MessageType, id: number, payload: unknown): Promise<number> {
+    let m;
+    try {
+      m = encodeMessage({ type, id, payload }, { user: this.rrefs });
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    let bytes = m.header.byteLength + m.payload.byteLength + 16;
+    // NB: the wire layer hands out host bytes for every tensor today (its descriptor names the device,
+    // and the receiver's decoder places it), so every buffer travels as cpu → cpu.
+    const buffers = m.buffers.map((b) => {
+      bytes += b.byteLength + 16;
+      return { buffer: { kind: "cpu", bytes: b } as ChannelBuffer };
+    });
+    return this.pipe.send({ control: [m.header, m.payload], buffers }).then(() => bytes);
   }
 }
 
@@ -212,6 +235,21 @@ async function rrefMethodCall(rref: RRef<Record<string, unknown>>, method: strin
   const fn = obj[method];
   if (typeof fn !== "function") throw new TypeError(`the RRef's value has no method "${method}"`);
   return (fn as (...a: unknown[]) => unknown).apply(obj, args);
+}
+
+/** How the agent's pipes choose channels. */
+export interface AgentPipeOptions {
+  /** Allowed channel names ("shm,tcp" or an array); default env TPRPC_CHANNELS, else every viable one. */
+  channels?: string | readonly string[];
+}
+
+/** CUDA devices this worker can offer a channel for (0 without a CUDA backend). */
+function cudaDevices(): number {
+  try {
+    return deviceBackendFor("cuda")?.deviceCount() ?? 0;
+  } catch {
+    return 0;
+  }
 }
 
 export class Agent implements RRefHost {
@@ -232,6 +270,8 @@ export class Agent implements RRefHost {
     private readonly store: StoreClient,
     private readonly storeServer: StoreServer | null,
     readonly membership: Membership,
+    private readonly advertised: string,
+    private readonly caps: Capabilities,
   ) {
     this.registry.register("__tprpcRRefCall", rrefMethodCall);
     setCurrentHost(this);
@@ -239,11 +279,11 @@ export class Agent implements RRefHost {
     // not at their timeouts.
     membership.onLeave((w) => this.workerLeft(w.name));
     listener.onConnection((conn) => {
+      if (this.closed) return conn.close();
       const peer = new Peer(
-        conn.remote,
-        conn,
+        Pipe.accept(conn, this.pipeOptions()),
         this.rrefs,
-        (m, p) => this.onInbound(m, p),
+        (m, p, bytes) => this.onInbound(m, p, bytes),
         (p) => this.inbound.delete(p),
       );
       this.inbound.add(peer);
@@ -256,7 +296,12 @@ export class Agent implements RRefHost {
     config: InitConfig,
     sdk: Readonly<Record<string, unknown>>,
     onCreated?: (agent: Agent) => void,
+    pipes: AgentPipeOptions = {},
   ): Promise<Agent> {
+    // the channels this worker offers: options.channels, else TPRPC_CHANNELS, else every viable one
+    const allowed = parseChannelList(pipes.channels ?? process.env.TPRPC_CHANNELS);
+    checkAllowedChannels(allowed);
+    const caps = localCapabilities(config.name, allowed, { cpu: 1, cuda: cudaDevices() });
     const bindHost = /^(127\.|localhost$|::1$|\[::1\]$)/.test(config.host)
       ? config.host.replace(/^\[|\]$/g, "")
       : "0.0.0.0";
@@ -280,7 +325,7 @@ export class Agent implements RRefHost {
         address: { host: advertised, port: listener.address.port },
         timeoutMs: config.initTimeoutMs,
       });
-      const agent = new Agent(config, sdk, listener, store, server, membership);
+      const agent = new Agent(config, sdk, listener, store, server, membership, advertised, caps);
       // NB: before any call it serves can run (they may already be queued), so shipped code sees the API ready
       onCreated?.(agent);
       return agent;
@@ -361,7 +406,7 @@ export class Agent implements RRefHost {
           : MessageType.RREF_USER_DELETE;
     if (this.closed) return Promise.resolve();
     return this.peer(to)
-      .then((p) => p.send(type, 0, { from: this.name, ...body }))
+      .then((p) => p.send(type, 0, { from: this.name, ...body }).then(() => undefined))
       .catch((e: Error) => debug(1, "rpc", `could not send ${kind} to ${to}: ${e.message}`));
   }
 
@@ -392,8 +437,11 @@ export class Agent implements RRefHost {
       return Promise.reject(e);
     }
     const id = this.nextId++;
+    const kind: CallKind =
+      type === MessageType.REMOTE_CALL ? "remote" : type === MessageType.RREF_FETCH ? "fetch" : "call";
+    const prof = profiler.begin(id, kind, target, to);
     const done = new Promise<unknown>((resolve, reject) => {
-      const p: Pending = { resolve, reject, timer: null, peer: to, retry: null };
+      const p: Pending = { resolve, reject, timer: null, peer: to, retry: null, prof };
       if (timeoutMs > 0)
         p.timer = setTimeout(() => {
           this.pending.delete(id);
@@ -410,9 +458,18 @@ export class Agent implements RRefHost {
             args: [...(out.values as unknown[])],
             ...extra,
             ...(out.ext ? { ext: out.ext } : {}),
+            ...(prof ? { prof: 1 } : {}),
           }),
         )
-        .catch((e: Error) => this.settle(id, e));
+        .then(
+          (bytes) => {
+            if (prof) {
+              prof.sentAt ??= nowMs();
+              prof.bytesSent += bytes;
+            }
+          },
+          (e: Error) => this.settle(id, e),
+        );
     if (record) {
       const full = record;
       this.pending.get(id)!.retry = () => {
@@ -448,8 +505,16 @@ export class Agent implements RRefHost {
     if (!p) return; // already timed out or settled
     this.pending.delete(id);
     if (p.timer) clearTimeout(p.timer);
+    if (p.prof) {
+      p.prof.replyAt ??= nowMs();
+      if (error) p.prof.error = error.message;
+    }
     if (error) p.reject(error);
     else p.resolve(value);
+  }
+
+  private pipeOptions(): PipeOptions {
+    return { local: this.caps, secret: this.config.secret, host: this.advertised, timeoutMs: 10_000 };
   }
 
   /** The outgoing pipe to `name`, opened on first use. */
@@ -459,13 +524,13 @@ export class Agent implements RRefHost {
       const info = this.workerInfo(name);
       p = tcpTransport
         .connect({ host: info.host, port: info.port, secret: this.config.secret, timeoutMs: 10_000 })
+        .then((conn) => Pipe.connect(conn, name, this.pipeOptions()))
         .then(
-          (conn) =>
+          (pipe) =>
             new Peer(
-              name,
-              conn,
+              pipe,
               this.rrefs,
-              (m) => this.onReply(m, name),
+              (m, _peer, bytes) => this.onReply(m, name, bytes),
               (peer, e) => this.onPeerDead(peer, e),
             ),
         );
@@ -473,6 +538,11 @@ export class Agent implements RRefHost {
       this.outgoing.set(name, p);
     }
     return p;
+  }
+
+  /** The pipe to `name` (opened if needed): its transport and the channel per device pair. */
+  async pipeInfo(name: string): Promise<PipeInfo> {
+    return (await this.peer(name)).pipe.info();
   }
 
   private onPeerDead(peer: Peer, e: Error | null): void {
@@ -487,8 +557,21 @@ export class Agent implements RRefHost {
     this.codeCache.forgetPeer(peer.name);
   }
 
-  private onReply(m: DecodedMessage, from: string): void {
-    const body = m.payload as { value?: unknown; error?: RemoteErrorRecord; ext?: Record<string, unknown> };
+  private onReply(m: DecodedMessage, from: string, bytes: number): void {
+    const body = m.payload as {
+      value?: unknown;
+      error?: RemoteErrorRecord;
+      ext?: Record<string, unknown>;
+      prof?: unknown;
+    };
+    const prof = this.pending.get(m.id)?.prof;
+    if (prof) {
+      prof.replyAt = nowMs();
+      prof.bytesReceived += bytes;
+      const span = body.prof;
+      if (Array.isArray(span) && typeof span[0] === "number" && typeof span[1] === "number")
+        [prof.calleeStart, prof.calleeEnd] = span as [number, number];
+    }
     if (m.type === MessageType.RESPONSE) {
       let value: unknown;
       try {
@@ -530,8 +613,8 @@ export class Agent implements RRefHost {
     }
   }
 
-  private onInbound(m: DecodedMessage, peer: Peer): void {
-    const body = m.payload as RequestPayload & { rrefId?: string; fork?: string; parent?: string };
+  private onInbound(m: DecodedMessage, peer: Peer, _bytes: number): void {
+    const body = m.payload as RequestPayload & { rrefId?: string; fork?: string; parent?: string; prof?: unknown };
     switch (m.type) {
       case MessageType.RREF_USER_DELETE:
         this.rrefs.dropFork(body.rrefId!, body.fork!);
@@ -553,6 +636,7 @@ export class Agent implements RRefHost {
         return;
     }
     const work = (async () => {
+      const t0 = body.prof === 1 ? nowMs() : 0;
       try {
         let value: unknown = null;
         if (m.type === MessageType.REQUEST) value = await this.runTarget(body);
@@ -566,7 +650,12 @@ export class Agent implements RRefHost {
           void tracked.finally(() => this.running.delete(tracked));
         }
         const out = hookOutgoing(body.from, "response", value, body.ext);
-        await peer.send(MessageType.RESPONSE, m.id, { value: out.values, ...(out.ext ? { ext: out.ext } : {}) });
+        await peer.send(MessageType.RESPONSE, m.id, {
+          value: out.values,
+          ...(out.ext ? { ext: out.ext } : {}),
+          // NB: the caller's profiler asked for the span its target ran here
+          ...(t0 ? { prof: [t0, nowMs()] } : {}),
+        });
       } catch (e) {
         const err = e instanceof Error ? e : new Error(String(e));
         if (!(err instanceof ShippedCodeMissingError)) debug(2, "rpc", `call from ${body.from} failed: ${err.message}`);
@@ -637,10 +726,10 @@ export class Agent implements RRefHost {
       this.settle(id, new RpcNotInitializedError("RPC was shut down before this call completed"));
     for (const p of this.outgoing.values())
       void p.then(
-        (peer) => peer.conn.close(),
+        (peer) => peer.pipe.close(),
         () => undefined,
       );
-    for (const p of this.inbound) p.conn.close();
+    for (const p of this.inbound) p.pipe.close();
     await this.membership.leave().catch(() => undefined);
     this.store.close();
     await this.listener.close();

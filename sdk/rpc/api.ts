@@ -11,11 +11,13 @@
  * means "await me now" and "async" means "a future you keep".
  */
 import { RpcError, RpcNotInitializedError } from "../errors/index.js";
+import type { PipeInfo } from "../pipe/index.js";
 import { Agent, type CallOptions } from "./agent.js";
 import { RRef } from "./rref.js";
 import { parseInitOptions, type RendezvousInitOptions, type WorkerInfo } from "./rendezvous/index.js";
 
-export type { CallOptions, WorkerInfo };
+export type { CallOptions, WorkerInfo, PipeInfo };
+export { profiler, RpcProfiler, type CallRecord, type CallKind } from "./profiler.js";
 export { setShippingScope } from "./shipping/scope.js";
 export { addMessageHook, type MessageHook, type HookedMessageKind } from "./agent.js";
 // NB: installs the device-map message hook (after agent.js, whose hook list it joins).
@@ -30,7 +32,14 @@ export {
 export { startLocalWorkers, type LocalCluster } from "./launcher.js";
 export { RRef };
 
-export interface InitRpcOptions extends RendezvousInitOptions {}
+export interface InitRpcOptions extends RendezvousInitOptions {
+  /**
+   * The channels this worker may use for tensor bytes, e.g. ["shm", "tcp"] or "tcp"
+   * (default: env TPRPC_CHANNELS, else every viable one). Each must be viable here;
+   * per pipe the best channel both workers allow is chosen (rpc.pipeInfo shows it).
+   */
+  channels?: string | readonly string[];
+}
 
 export interface ShutdownOptions {
   /** Wait for outstanding work on every worker first (default true). */
@@ -59,13 +68,19 @@ export async function initRpc(name: string, options: InitRpcOptions = {}): Promi
     throw new RpcError(
       `RPC is already initialized (as "${agent?.name ?? "…"}"); call await rpc.shutdown() before initRpc again`,
     );
-  const config = parseInitOptions(name, options);
+  const { channels, ...rendezvousOptions } = options;
+  const config = parseInitOptions(name, rendezvousOptions);
   // NB: a generated secret must reach the workers this process starts (the local launcher reads it).
   if (config.secretGenerated) process.env.TPRPC_SECRET = config.secret;
-  starting = Agent.start(config, sdk, (a) => {
-    for (const [n, v] of pendingRegistrations) a.registry.register(n, v, { replace: true });
-    agent = a;
-  }).then(() => undefined);
+  starting = Agent.start(
+    config,
+    sdk,
+    (a) => {
+      for (const [n, v] of pendingRegistrations) a.registry.register(n, v, { replace: true });
+      agent = a;
+    },
+    { channels },
+  ).then(() => undefined);
   try {
     await starting;
   } finally {
@@ -113,6 +128,19 @@ export function remote<T = unknown>(
 /** @internal the number of RRef values this worker owns (tests observe distributed reference counting). */
 export function ownedRRefCount(): number {
   return current().rrefs.ownedCount;
+}
+
+/**
+ * The pipe to worker `to` (opened now if it was not yet): its transport and,
+ * per (our device, their device) pair, the channel moving tensor bytes, e.g.
+ * `{ transport: "tcp", channels: { "cpu-cpu": "shm" }, ... }`.
+ */
+export function pipeInfo(to: string): Promise<PipeInfo> {
+  try {
+    return current().pipeInfo(to);
+  } catch (e) {
+    return Promise.reject(e);
+  }
 }
 
 /** Makes `value` callable by name from other workers (register it on every worker that runs it). */

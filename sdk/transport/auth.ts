@@ -113,6 +113,34 @@ export async function authenticateAsServer(sock: Duplex, secret: string | Buffer
   }
 }
 
+/** Bytes the server sends in step 2 (magic, nonce, MAC). */
+export const SERVER_REPLY_BYTES = MAGIC.length + NONCE + MAC;
+
+/**
+ * The client side of the same handshake as a state machine, for sockets whose
+ * reads the caller drives itself (e.g. a TCP lane reading straight into
+ * destination buffers through `onread`, where no 'data' events fire):
+ * send `hello`, feed the server's SERVER_REPLY_BYTES to `answer`, send what
+ * it returns. `answer` throws AuthenticationError for a wrong peer.
+ */
+export function clientHandshake(secret: string | Buffer): { hello: Buffer; answer(reply: Uint8Array): Buffer } {
+  const nc = randomBytes(NONCE);
+  return {
+    hello: Buffer.concat([MAGIC, nc]),
+    answer(reply) {
+      const r = Buffer.from(reply.buffer, reply.byteOffset, reply.byteLength);
+      if (r.byteLength !== SERVER_REPLY_BYTES || !r.subarray(0, MAGIC.length).equals(MAGIC))
+        throw new AuthenticationError("the peer does not speak the tprpc handshake");
+      const ns = r.subarray(MAGIC.length, MAGIC.length + NONCE);
+      if (!timingSafeEqual(r.subarray(MAGIC.length + NONCE), mac(secret, "server", nc, ns)))
+        throw new AuthenticationError(
+          "the peer could not prove it knows the group secret; check TPRPC_SECRET (or options.secret) on both sides",
+        );
+      return mac(secret, "client", ns, nc);
+    },
+  };
+}
+
 /** A fresh random group secret (hex), as the master generates when none is given. */
 export function generateSecret(): string {
   return randomBytes(32).toString("hex");

@@ -181,3 +181,22 @@ export function decodeFrame(frame: Frame, opts: DecodeOptions = {}): DecodedMess
   }
   return { type: h.type, id: h.id, flags: h.flags, payload: value, tensors: ctx.tensors };
 }
+
+/**
+ * Decodes a message whose header, buffer table and payload arrived as one
+ * block of control bytes (a pipe's MESSAGE body), with its buffers moved by
+ * channels. Same checks as decodeMessage.
+ */
+export function decodeControl(
+  control: Uint8Array,
+  buffers: readonly Uint8Array[],
+  opts: DecodeOptions = {},
+): DecodedMessage {
+  const limits = resolveLimits(opts);
+  const h = parseHeader(control, limits);
+  const tableEnd = HEADER_BYTES + h.bufferCount * 16;
+  if (control.byteLength !== tableEnd + h.payloadBytes)
+    throw new ProtocolError(`bad frame: ${control.byteLength} control bytes, header says ${tableEnd + h.payloadBytes}`);
+  const descriptors = parseBufferTable(control.subarray(HEADER_BYTES, tableEnd), h.bufferCount, limits);
+  return decodeFrame({ header: h, descriptors, payload: control.subarray(tableEnd), buffers: [...buffers] }, opts);
+}

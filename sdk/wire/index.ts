@@ -24,6 +24,7 @@ export {
   encodeMessage,
   decodeMessage,
   decodeFrame,
+  decodeControl,
   DEFAULT_MAX_DEPTH,
   type Message,
   type DecodedMessage,

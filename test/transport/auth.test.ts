@@ -34,7 +34,7 @@ async function serve(secret: string, timeoutMs = 2_000) {
   const port = (server.address() as net.AddressInfo).port;
   const connect = () =>
     new Promise<net.Socket>((resolve, reject) => {
-      const s = net.connect(port, "127.0.0.1", () => resolve(s));
+      const s: net.Socket = net.connect(port, "127.0.0.1", () => resolve(s));
       s.once("error", reject);
     });
   return { outcomes, connect };

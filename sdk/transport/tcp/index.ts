@@ -50,24 +50,17 @@ class TcpConnection implements TransportConnection {
     if (this.closed)
       return Promise.reject(new WorkerUnavailableError(`connection to ${this.remote} is closed`, this.remote));
     return new Promise((resolve, reject) => {
-      let ok = true;
-      for (const c of chunks) ok = this.sock.write(c) && ok;
-      const done = (e?: Error | null) => (e ? reject(e) : resolve());
-      if (ok) {
-        // NB: resolve after the data is queued to the kernel, in order, via an empty write's callback.
-        this.sock.write(new Uint8Array(0), done);
-      } else {
-        const onDrain = () => {
-          this.sock.off("close", onClose);
-          resolve();
-        };
-        const onClose = () => {
-          this.sock.off("drain", onDrain);
-          reject(new WorkerUnavailableError(`connection to ${this.remote} closed while writing`, this.remote));
-        };
-        this.sock.once("drain", onDrain);
-        this.sock.once("close", onClose);
-      }
+      // NB: corked, the chunks leave in one writev; the last chunk's callback runs once all of them
+      // were handed to the OS (or with an error when the socket died first).
+      this.sock.cork();
+      const last = chunks.length - 1;
+      for (let i = 0; i < last; i++) this.sock.write(chunks[i]!);
+      this.sock.write(last >= 0 ? chunks[last]! : new Uint8Array(0), (e?: Error | null) =>
+        e
+          ? reject(new WorkerUnavailableError(`connection to ${this.remote} closed while writing: ${e.message}`, this.remote))
+          : resolve(),
+      );
+      this.sock.uncork();
     });
   }
 

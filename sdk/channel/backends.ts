@@ -1,0 +1,7 @@
+/**
+ * Imports every channel backend so each registers its context (./index.ts).
+ * One line per backend folder; a backend that cannot run here still
+ * registers and answers isViable() === false. The pipe layer imports this
+ * file, so every agent sees the same set.
+ */
+import "./tcp/index.js";

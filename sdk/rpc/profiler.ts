@@ -1,0 +1,187 @@
+/**
+ * The RPC profiler (`rpc.profiler`): while enabled, every call this worker
+ * makes (rpcSync, rpcAsync, remote, RRef fetches) is recorded with its
+ * target, peer, bytes each way and times — queued (the call was made), sent
+ * (its message left through the pipe), reply (the answer arrived) — and,
+ * from the callee, the span its target ran (callees report it when the
+ * caller's profiler is on; times are wall-clock ms, so spans from one host
+ * line up).
+ *
+ *   rpc.profiler.enable();
+ *   await Promise.all([rpc.rpcAsync("worker1", f, [x]), rpc.rpcAsync("worker2", f, [x])]);
+ *   rpc.profiler.disable();
+ *   rpc.profiler.dumpChromeTrace("trace.json");   // open in chrome://tracing or ui.perfetto.dev
+ *
+ * The Chrome trace has one process (this worker) with one track group per
+ * peer: calls to a peer that overlap (rpcAsync) are laid on as many tracks as
+ * needed so none overlaps another on its track; each call's span holds a
+ * "send" slice (queued → sent) and the callee's "run" slice.
+ */
+import fs from "node:fs";
+
+export type CallKind = "call" | "remote" | "fetch";
+
+export interface CallRecord {
+  /** The call's message id (unique per agent). */
+  id: number;
+  kind: CallKind;
+  /** A readable name of the target: builtin path, registered name, module ref, or the shipped function's name. */
+  target: string;
+  peer: string;
+  /** Bytes this call sent (frame, payload and tensors), once sent. */
+  bytesSent: number;
+  /** Bytes of the reply, once it arrived. */
+  bytesReceived: number;
+  /** Wall-clock ms (performance.timeOrigin + performance.now()). */
+  queuedAt: number;
+  sentAt: number | null;
+  replyAt: number | null;
+  /** The callee's run of the target, on the callee's clock (ms), when reported. */
+  calleeStart: number | null;
+  calleeEnd: number | null;
+  /** The error's message when the call failed. */
+  error: string | null;
+}
+
+/** Wall-clock ms with sub-ms precision. */
+export function nowMs(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+/** A readable name for a call target. */
+export function targetName(target: unknown): string {
+  if (typeof target === "string") return target;
+  if (typeof target === "function") return target.name || "(anonymous)";
+  return target === null ? "(rref fetch)" : typeof target;
+}
+
+export class RpcProfiler {
+  private on = false;
+  private readonly list: CallRecord[] = [];
+  /** Records kept at most (oldest dropped first). */
+  maxRecords = 1_000_000;
+
+  get enabled(): boolean {
+    return this.on;
+  }
+
+  enable(): void {
+    this.on = true;
+  }
+
+  disable(): void {
+    this.on = false;
+  }
+
+  clear(): void {
+    this.list.length = 0;
+  }
+
+  /** The records so far (copies), oldest first. */
+  records(): CallRecord[] {
+    return this.list.map((r) => ({ ...r }));
+  }
+
+  /** @internal the agent starts a record when a call is made (only while enabled). */
+  begin(id: number, kind: CallKind, target: unknown, peer: string): CallRecord | null {
+    if (!this.on) return null;
+    const r: CallRecord = {
+      id,
+      kind,
+      target: targetName(target),
+      peer,
+      bytesSent: 0,
+      bytesReceived: 0,
+      queuedAt: nowMs(),
+      sentAt: null,
+      replyAt: null,
+      calleeStart: null,
+      calleeEnd: null,
+      error: null,
+    };
+    this.list.push(r);
+    if (this.list.length > this.maxRecords) this.list.shift();
+    return r;
+  }
+
+  /** The records as Chrome trace-event JSON (an object with `traceEvents`). */
+  chromeTrace(worker = "this worker"): { traceEvents: Record<string, unknown>[]; displayTimeUnit: string } {
+    const events: Record<string, unknown>[] = [];
+    const pid = 1;
+    events.push({ ph: "M", name: "process_name", pid, tid: 0, args: { name: `tprpc ${worker} (caller)` } });
+    const peers = [...new Set(this.list.map((r) => r.peer))].sort();
+    const us = (ms: number) => Math.round(ms * 1000);
+    peers.forEach((peer, pi) => {
+      // greedy track assignment: a call goes on the first track of its peer whose last call has ended
+      const calls = this.list.filter((r) => r.peer === peer).sort((a, b) => a.queuedAt - b.queuedAt);
+      const trackEnds: number[] = [];
+      for (const r of calls) {
+        const end = r.replyAt ?? r.sentAt ?? r.queuedAt;
+        let t = trackEnds.findIndex((e) => e <= r.queuedAt);
+        if (t < 0) {
+          t = trackEnds.length;
+          trackEnds.push(end);
+          events.push({
+            ph: "M",
+            name: "thread_name",
+            pid,
+            tid: pi * 1000 + t + 1,
+            args: { name: `→ ${peer}${t ? ` #${t}` : ""}` },
+          });
+          events.push({
+            ph: "M",
+            name: "thread_sort_index",
+            pid,
+            tid: pi * 1000 + t + 1,
+            args: { sort_index: pi * 1000 + t },
+          });
+        } else trackEnds[t] = end;
+        const tid = pi * 1000 + t + 1;
+        const args = {
+          peer,
+          kind: r.kind,
+          bytesSent: r.bytesSent,
+          bytesReceived: r.bytesReceived,
+          ...(r.error ? { error: r.error } : {}),
+        };
+        events.push({
+          ph: "X",
+          cat: "rpc",
+          name: r.target,
+          pid,
+          tid,
+          ts: us(r.queuedAt),
+          dur: us(end) - us(r.queuedAt),
+          args,
+        });
+        if (r.sentAt !== null)
+          events.push({
+            ph: "X",
+            cat: "rpc.send",
+            name: "send",
+            pid,
+            tid,
+            ts: us(r.queuedAt),
+            dur: us(r.sentAt) - us(r.queuedAt),
+          });
+        if (r.calleeStart !== null && r.calleeEnd !== null) {
+          // NB: the callee's clock; clamp into the call's span so the slice nests (skew across hosts)
+          const s = Math.max(r.calleeStart, r.sentAt ?? r.queuedAt);
+          const e = Math.max(s, Math.min(r.calleeEnd, end));
+          events.push({ ph: "X", cat: "rpc.run", name: `run on ${peer}`, pid, tid, ts: us(s), dur: us(e) - us(s) });
+        }
+      }
+    });
+    return { traceEvents: events, displayTimeUnit: "ms" };
+  }
+
+  /** Writes the Chrome trace to `path` (when given) and returns it as a JSON string. */
+  dumpChromeTrace(path?: string, worker?: string): string {
+    const text = JSON.stringify(this.chromeTrace(worker));
+    if (path) fs.writeFileSync(path, text);
+    return text;
+  }
+}
+
+/** The process's profiler (PyTorch's profiler is process-wide too). */
+export const profiler = new RpcProfiler();
