@@ -57,7 +57,12 @@ class TcpConnection implements TransportConnection {
       for (let i = 0; i < last; i++) this.sock.write(chunks[i]!);
       this.sock.write(last >= 0 ? chunks[last]! : new Uint8Array(0), (e?: Error | null) =>
         e
-          ? reject(new WorkerUnavailableError(`connection to ${this.remote} closed while writing: ${e.message}`, this.remote))
+          ? reject(
+              new WorkerUnavailableError(
+                `connection to ${this.remote} closed while writing: ${e.message}`,
+                this.remote,
+              ),
+            )
           : resolve(),
       );
       this.sock.uncork();
