@@ -1,3 +1,6 @@
+// NB: the reference pulls Node's types into index.d.ts for every consumer, e.g. the notebook kernel's
+// type checker, whose own fallback Node typings are empty when @types/node is hoisted.
+/// <reference types="node" preserve="true" />
 /**
  * tprpc's public API. What this file does not export is internal.
  *
