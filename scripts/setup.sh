@@ -59,6 +59,13 @@ else
   log "node_modules up to date with package-lock.json"
 fi
 
+# NB: tslab's TypeScript 5.0 fork (@tslab/typescript-for-tslab) also installs a `tsc` bin, and npm may link
+#     node_modules/.bin/tsc to it; the project's scripts call typescript's own tsc by path, and this keeps `npx tsc` right.
+if [[ -e node_modules/typescript/bin/tsc && "$(readlink node_modules/.bin/tsc 2>/dev/null)" != "../typescript/bin/tsc" ]]; then
+  ln -sf ../typescript/bin/tsc node_modules/.bin/tsc
+  ln -sf ../typescript/bin/tsserver node_modules/.bin/tsserver
+fi
+
 # 3. Build: the addon (incremental: make recompiles only what changed since the last build) and tsc -> dist/.
 log "npm run build:native"
 npm run build:native --silent
