@@ -1,6 +1,6 @@
 /**
  * Notebook display helpers (`display` in "tprpc"): rich output for tensors and
- * other objects, in-place progress bars and SVG line charts. Inside the tprpc
+ * other objects, tables of records, in-place progress bars and SVG line charts. Inside the tprpc
  * kernel they render as Jupyter outputs; in a plain Node process they fall back
  * to text.
  */
@@ -21,4 +21,5 @@ export {
 } from "./sink.js";
 export { tensorHtml, tensorBundle } from "./tensor_table.js";
 export { Progress, progress, type ProgressOptions } from "./progress.js";
+export { table, tableBundle, type TableOptions } from "./table.js";
 export { LiveChart, chart, plot, lineChartSvg, lineChartBundle, type ChartOptions, type SeriesData } from "./chart.js";

@@ -129,3 +129,20 @@ describe("line charts", () => {
     expect(chart.series()).toEqual({ r: { x: [0, 1], y: [1, 2] } });
   });
 });
+
+describe("tables", () => {
+  it("lays out records by the union of their keys, with aligned text and HTML", () => {
+    const b = display.tableBundle(
+      [
+        { round: 1, loss: 0.123456, acc: 0.5 },
+        { round: 2, loss: tensor(0.25), note: "<ok>" },
+      ],
+      { title: "FedAvg" },
+    );
+    expect(b["text/plain"]).toBe(
+      ["FedAvg", "round    loss  acc  note", "    1  0.1235  0.5      ", "    2    0.25       <ok>"].join("\n"),
+    );
+    expect(b["text/html"]).toContain('<th style="padding:1px 8px;text-align:right">note</th>');
+    expect(b["text/html"]).toContain("&lt;ok&gt;");
+  });
+});
