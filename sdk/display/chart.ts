@@ -57,6 +57,14 @@ function tickText(v: number): string {
   return String(Number(v.toPrecision(4)));
 }
 
+/** A log axis gets a tick per leading digit of each decade: keep the powers of ten (or 1, 2, 5 over about one decade). */
+function yTicks(ticks: number[], log: boolean): number[] {
+  if (!log || ticks.length <= 8) return ticks;
+  const lead = (t: number) => Math.round(t / 10 ** Math.floor(Math.log10(t) + 1e-9));
+  const decades = ticks.filter((t) => lead(t) === 1);
+  return decades.length >= 3 ? decades : ticks.filter((t) => [1, 2, 5].includes(lead(t)));
+}
+
 /** The chart as an SVG document (a string). */
 export function lineChartSvg(series: Readonly<Record<string, SeriesData>>, o: ChartOptions = {}): string {
   const W = o.width ?? 640;
@@ -92,7 +100,7 @@ export function lineChartSvg(series: Readonly<Record<string, SeriesData>>, o: Ch
       `<text x="${W / 2}" y="17" text-anchor="middle" font-size="13" font-weight="bold">${escapeHtml(o.title)}</text>`,
     );
   // Grid and ticks.
-  for (const t of y.ticks(6)) {
+  for (const t of yTicks(y.ticks(6), !!o.logY)) {
     const py = y(t).toFixed(1);
     out.push(`<line x1="${m.left}" x2="${W - m.right}" y1="${py}" y2="${py}" stroke="#e5e5e5"/>`);
     out.push(`<text x="${m.left - 5}" y="${py}" dy="0.32em" text-anchor="end" fill="#444">${tickText(t)}</text>`);

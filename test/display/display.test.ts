@@ -114,6 +114,10 @@ describe("line charts", () => {
     const svg = display.lineChartSvg({ l: [1, 0, 0.1, 0.01, 0.001] }, { logY: true, smooth: 2 });
     expect(svg.match(/<path /g)).toHaveLength(2);
     expect(() => display.lineChartSvg({ l: { x: [1, 2], y: [1] } })).toThrow(ValueError);
+    // Over several decades a log axis labels the powers of ten only.
+    const decades = display.lineChartSvg({ l: [2, 0.3, 0.01, 0.0002] }, { logY: true });
+    for (const t of [">1<", ">0.1<", ">0.01<", ">0.001<"]) expect(decades).toContain(t);
+    expect(decades).not.toContain(">0.02<");
   });
 
   it("plot() sends SVG with a text summary; a LiveChart redraws in place", () => {
