@@ -137,7 +137,10 @@ export class RecvLane {
         if (head.filled === head.dest.byteLength) this.queue.shift()!.resolve();
       }
       if (chunk.byteLength > 0) this.stash.push(chunk);
-      return this.queue.length > 0;
+      if (this.queue.length > 0) return true;
+      // NB: returning false only stops the handle reading; pause() too, so resume() restarts it
+      this.sock.pause();
+      return false;
     }
     const head = this.queue[0]!;
     head.filled += n;
