@@ -3,7 +3,7 @@
  * Packaging check: the npm tarball carries the linux-x64 prebuild, and installing it in a
  * scratch project needs no compiler: the addon loads from the prebuild and no build/ appears.
  *
- * 1. Stage the package in a temporary folder: package.json, README.md, native/ sources,
+ * 1. Stage the package in a temporary folder: package.json, README.md, native/ sources, kernel-ext/bin,
  *    dist/ compiled there by tsc (the checkout's dist/ and native/build are left alone).
  * 2. Prebuild: `prebuildify --napi --strip` in the stage (a full compile), or with --from-build,
  *    the checkout's native/build/Release/tprpc.node stripped into the same place (what
@@ -11,7 +11,8 @@
  * 3. `npm pack` the stage (its prepack refuses a tarball without the prebuild); list the tarball.
  * 4. `npm install <tarball> --prefer-offline` into a scratch project, with TPRPC_NATIVE_STRICT=1.
  * 5. In the scratch project: `import("tprpc")` works; the installed loader returns the addon from
- *    prebuilds/ and capabilities() answers; no native/build folder was made.
+ *    prebuilds/ and capabilities() answers; no native/build folder was made; `npx tprpc-kernel install
+ *    --prefix` writes a kernelspec that starts the installed package's kernel.
  * 6. Delete the prebuild and hide the compiler (CC, CXX): `npm rebuild tprpc` warns and exits 0;
  *    importing tprpc prints exactly one warning and uses the TypeScript backend.
  *
@@ -63,6 +64,7 @@ try {
   // 1. Stage.
   fs.mkdirSync(path.join(stage, "native"), { recursive: true });
   for (const f of ["package.json", "README.md"]) fs.copyFileSync(path.join(root, f), path.join(stage, f));
+  fs.cpSync(path.join(root, "kernel-ext", "bin"), path.join(stage, "kernel-ext", "bin"), { recursive: true });
   for (const f of ["build.mjs", "binding.gyp", "src"])
     fs.cpSync(path.join(root, "native", f), path.join(stage, "native", f), { recursive: true });
   // NB: the stage resolves node-addon-api, node-gyp and prebuildify from the checkout's node_modules.
@@ -168,6 +170,18 @@ try {
     `the addon came from the prebuild (${used.path})`,
   );
   check(typeof used.blas === "string" && used.aligned === true, "capabilities() and alloc() work");
+
+  // 5b. The notebook kernel: `npx tprpc-kernel install` from the depending project writes a kernelspec
+  //     that starts the installed package's kernel.
+  log("npx tprpc-kernel install in the scratch project");
+  const jupyterPrefix = path.join(work, "jupyter-prefix");
+  sh("npx", ["--no-install", "tprpc-kernel", "install", "--prefix", jupyterPrefix], { cwd: scratch, env: cleanEnv });
+  const spec = JSON.parse(fs.readFileSync(path.join(jupyterPrefix, "share/jupyter/kernels/tprpc/kernel.json"), "utf8"));
+  check(
+    spec.argv[1] === path.join(pkg, "kernel-ext/bin/tprpc-kernel.mjs"),
+    `the kernelspec runs the installed kernel (${spec.argv[1]})`,
+  );
+  summary.kernelspec = spec.argv.slice(0, 3);
 
   // 6. Without the prebuild and without a compiler: `npm rebuild tprpc` warns but succeeds, and
   //    importing tprpc warns once and uses the TypeScript backend.
