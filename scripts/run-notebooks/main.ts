@@ -64,14 +64,19 @@ export async function runNotebooks(o: RunOptions): Promise<RunResult> {
       const outPath = path.join(o.outDir, path.basename(file));
       if (path.resolve(outPath) === file) throw new RunnerSetupError(`--out would overwrite the source ${file}`);
       log(`[notebooks] ${path.relative(process.cwd(), file)}`);
-      const r = await runNotebook(file, outPath, () => startKernel(manager, server.kernelName), {
-        cellTimeoutMs: o.cellTimeoutMs,
-        notebookTimeoutMs: o.notebookTimeoutMs,
-        onCell: (i, n, c) =>
-          log(
-            `  cell ${i + 1}/${n}: ${c.status}${c.ename ? ` — ${c.ename}: ${c.evalue}` : ""} (${(c.ms / 1000).toFixed(2)} s)`,
-          ),
-      });
+      const r = await runNotebook(
+        file,
+        outPath,
+        () => startKernel(manager, server.kernelName, path.relative(rootDir, path.dirname(file))),
+        {
+          cellTimeoutMs: o.cellTimeoutMs,
+          notebookTimeoutMs: o.notebookTimeoutMs,
+          onCell: (i, n, c) =>
+            log(
+              `  cell ${i + 1}/${n}: ${c.status}${c.ename ? ` — ${c.ename}: ${c.evalue}` : ""} (${(c.ms / 1000).toFixed(2)} s)`,
+            ),
+        },
+      );
       result.notebooks.push(r);
       log(
         `  ${r.ok ? "ok" : "FAILED"}: cells ${(r.cellMs / 1000).toFixed(1)} s, runner overhead ${(r.overheadMs / 1000).toFixed(2)} s (kernel start ${(r.kernelStartMs / 1000).toFixed(2)} s, shutdown ${(r.kernelShutdownMs / 1000).toFixed(2)} s) -> ${path.relative(process.cwd(), r.outPath)}`,
@@ -100,9 +105,12 @@ function kernelManager(server: JupyterServer): KernelManager {
   return new KernelManager({ serverSettings });
 }
 
-async function startKernel(manager: KernelManager, name: string): Promise<KernelHandle> {
+/** Starts a kernel whose working directory is `dir` (relative to the server's root), as Jupyter does for a notebook. */
+async function startKernel(manager: KernelManager, name: string, dir: string): Promise<KernelHandle> {
   await manager.ready;
-  const k = await manager.startNew({ name });
+  // NB: jupyter-server's POST /api/kernels takes a `path` (the kernel's cwd); without it the kernel inherits the
+  // server's cwd, so a notebook's relative paths would depend on how the runner was started.
+  const k = await manager.startNew({ name, path: dir } as { name: string });
   // NB: messages sent before the websocket connects are refused; then kernel_info's reply means the kernel is up.
   if (k.connectionStatus !== "connected") {
     let timer: NodeJS.Timeout | undefined;
@@ -128,6 +136,8 @@ function commonDir(files: string[]): string {
 }
 
 async function main(): Promise<number> {
+  // NB: @jupyterlab/services reports each websocket start and kernel status with console.debug (stdout in Node).
+  if (!Number(process.env.TPRPC_DEBUG ?? 0)) console.debug = () => undefined;
   const { values, positionals } = parseArgs({
     allowPositionals: true,
     options: {
