@@ -87,8 +87,11 @@ export async function runNotebooks(o: RunOptions): Promise<RunResult> {
       }
     }
   } finally {
-    manager.dispose();
-    await server.stop();
+    try {
+      manager.dispose();
+    } finally {
+      await server.stop();
+    }
     process.off("SIGINT", stopOnSignal);
     process.off("SIGTERM", stopOnSignal);
   }
@@ -136,8 +139,13 @@ function commonDir(files: string[]): string {
 }
 
 async function main(): Promise<number> {
-  // NB: @jupyterlab/services reports each websocket start and kernel status with console.debug (stdout in Node).
+  // NB: @jupyterlab/services reports each websocket start and kernel status with console.debug (stdout in Node),
+  // and disposing a connection to a dead kernel rejects promises nobody awaits: report those, never crash on them
+  // (the finally blocks must still stop the server).
   if (!Number(process.env.TPRPC_DEBUG ?? 0)) console.debug = () => undefined;
+  process.on("unhandledRejection", (e) =>
+    process.stderr.write(`[notebooks] (ignored) ${(e as Error)?.message ?? e}\n`),
+  );
   const { values, positionals } = parseArgs({
     allowPositionals: true,
     options: {
