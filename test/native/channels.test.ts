@@ -47,8 +47,13 @@ function openFds(): number {
   return fs.readdirSync("/proc/self/fd").length;
 }
 
+/** /dev/shm entries a channel could leave behind (other programs' entries come and go: not ours). */
 function devShm(): string[] {
-  return fs.existsSync("/dev/shm") ? fs.readdirSync("/dev/shm").sort() : [];
+  if (!fs.existsSync("/dev/shm")) return [];
+  return fs
+    .readdirSync("/dev/shm")
+    .filter((n) => /^(tprpc|ucx)/i.test(n))
+    .sort();
 }
 
 type Reply = { seq: number; error?: { code: string; message: string } } & Record<string, unknown>;

@@ -64,7 +64,7 @@ constexpr uint32_t kVersion = 1;
 constexpr size_t kHeaderBytes = 4096;
 constexpr uint64_t kChunk = 1 << 20;   // publish granularity: the receiver starts copying after 1 MiB
 constexpr int kWaitMs = 20;            // futex timeout: how often a sleeping thread rechecks close/peer death
-constexpr uint64_t kDefaultRing = 64ull << 20;
+constexpr uint64_t kDefaultRing = 8ull << 20;  // NB: small enough to stay in L3, so the reader copies out of cache (400 MB: ~110 ms vs ~150 with 64 MiB)
 
 struct RingHeader {
   alignas(64) std::atomic<uint64_t> head;  // bytes written in total (producer)

@@ -11,6 +11,8 @@
  *     createChannel each side reads the peer's and both exchange the verdict,
  *     so the channel comes up on both sides or on neither (ChannelNotViableError
  *     with the reason, e.g. the Yama setting).
+ * Buffers up to INLINE_MAX (16 KiB) ride inside their descriptor, on the control connection
+ * (../shm/pending.ts); the data path below is for larger ones.
  * Transfers:
  *  1. send(): the descriptor is {id, length, address}; the pipe keeps the buffer
  *     alive and unchanged until `done`.
@@ -37,16 +39,28 @@ import {
   type HostIdentity,
   type SetupValue,
 } from "../interface.js";
-import { channelError, closedError, Inbox, Pending, pipeClosedError, sameHostDomain } from "../shm/pending.js";
+import {
+  channelError,
+  closedError,
+  Inbox,
+  Pending,
+  pipeClosedError,
+  RECORD,
+  INLINE_MAX,
+  inlineDescriptor,
+  takeInline,
+  sameHostDomain,
+} from "../shm/pending.js";
 
-const DESCRIPTOR_BYTES = 24;
+const DESCRIPTOR_BYTES = 25; // RECORD, then the fields
 
 function encode(id: number, length: number, address: number): Uint8Array {
   const d = new Uint8Array(DESCRIPTOR_BYTES);
   const v = new DataView(d.buffer);
-  v.setFloat64(0, id, true);
-  v.setFloat64(8, length, true);
-  v.setFloat64(16, address, true);
+  d[0] = RECORD;
+  v.setFloat64(1, id, true);
+  v.setFloat64(9, length, true);
+  v.setFloat64(17, address, true);
   return d;
 }
 
@@ -56,7 +70,7 @@ function decode(d: Uint8Array): { id: number; length: number; address: number } 
       `cma channel: a descriptor of ${d.byteLength} bytes is not ours (expected ${DESCRIPTOR_BYTES})`,
     );
   const v = new DataView(d.buffer, d.byteOffset, d.byteLength);
-  return { id: v.getFloat64(0, true), length: v.getFloat64(8, true), address: v.getFloat64(16, true) };
+  return { id: v.getFloat64(1, true), length: v.getFloat64(9, true), address: v.getFloat64(17, true) };
 }
 
 function isRecord(m: SetupValue): m is { readonly [key: string]: SetupValue } {
@@ -93,12 +107,13 @@ class CmaChannel implements Channel {
       );
       return { descriptor: new Uint8Array(0), done };
     }
+    if (buffer.bytes.byteLength <= INLINE_MAX)
+      return { descriptor: inlineDescriptor(buffer.bytes), done: this.pending.track(Promise.resolve(), (e) => e) };
     const id = this.nextId++;
     const n = buffer.bytes.byteLength;
     // NB: addressOf moves a small on-heap typed array's bytes off the V8 heap first, so the address stays valid.
-    const address = n === 0 ? 0 : loadNative()!.addressOf(buffer.bytes);
+    const address = loadNative()!.addressOf(buffer.bytes);
     const descriptor = encode(id, n, address);
-    if (n === 0) return { descriptor, done: this.pending.track(Promise.resolve(), (e) => e) };
     // NB: the entry also holds the bytes: the peer reads them until it acks, whatever the caller keeps.
     const acked = new Promise<void>((resolve) => this.acks.set(id, { resolve, bytes: buffer.bytes }));
     return { descriptor, done: this.pending.track(acked, (e) => e) };
@@ -107,6 +122,11 @@ class CmaChannel implements Channel {
   recv(descriptor: Uint8Array, into: ChannelBuffer): Promise<void> {
     if (into.kind !== "cpu")
       return Promise.reject(new ChannelNotViableError("cma channel: receives into host memory only"));
+    try {
+      if (takeInline(this.name, descriptor, into.bytes)) return this.pending.track(Promise.resolve(), (e) => e);
+    } catch (e) {
+      return Promise.reject(e);
+    }
     let d: { id: number; length: number; address: number };
     try {
       d = decode(descriptor);
@@ -119,7 +139,6 @@ class CmaChannel implements Channel {
           `cma channel: transfer ${d.id} has ${d.length} bytes but the destination has ${into.bytes.byteLength}`,
         ),
       );
-    if (d.length === 0) return this.pending.track(Promise.resolve(), (e) => e);
     const read = nativeChannels()!.cmaRead(this.peerPid, d.address, into.bytes);
     // The sender may reuse its buffer once we are done reading, whether the read worked or not.
     void read.then(

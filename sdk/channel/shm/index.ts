@@ -9,6 +9,8 @@
  *  2. The connector connects to it; each side checks that the socket's peer
  *     is the pid the peer announced in its Capabilities (so no third process
  *     can take its place) and maps the other's ring.
+ * Buffers up to INLINE_MAX (16 KiB) ride inside their descriptor, on the control connection
+ * (../shm/pending.ts); the data path below is for larger ones.
  * Transfers: send() writes [id, length, bytes] into our ring in call order and
  * resolves `done` once the bytes are in the ring; the descriptor carries the id
  * and length; recv() takes that record from the peer's ring into the
@@ -31,15 +33,27 @@ import {
   type ChannelSend,
   type HostIdentity,
 } from "../interface.js";
-import { channelError, closedError, Inbox, Pending, pipeClosedError, sameHostDomain } from "./pending.js";
+import {
+  channelError,
+  closedError,
+  Inbox,
+  Pending,
+  pipeClosedError,
+  RECORD,
+  INLINE_MAX,
+  inlineDescriptor,
+  takeInline,
+  sameHostDomain,
+} from "./pending.js";
 
-const DESCRIPTOR_BYTES = 16;
+const DESCRIPTOR_BYTES = 17; // RECORD, then the fields
 
 function encode(id: number, length: number): Uint8Array {
   const d = new Uint8Array(DESCRIPTOR_BYTES);
   const v = new DataView(d.buffer);
-  v.setFloat64(0, id, true);
-  v.setFloat64(8, length, true);
+  d[0] = RECORD;
+  v.setFloat64(1, id, true);
+  v.setFloat64(9, length, true);
   return d;
 }
 
@@ -49,7 +63,7 @@ function decode(d: Uint8Array): { id: number; length: number } {
       `shm channel: a descriptor of ${d.byteLength} bytes is not ours (expected ${DESCRIPTOR_BYTES})`,
     );
   const v = new DataView(d.buffer, d.byteOffset, d.byteLength);
-  return { id: v.getFloat64(0, true), length: v.getFloat64(8, true) };
+  return { id: v.getFloat64(1, true), length: v.getFloat64(9, true) };
 }
 
 class ShmChannel implements Channel {
@@ -70,6 +84,8 @@ class ShmChannel implements Channel {
       );
       return { descriptor: new Uint8Array(0), done };
     }
+    if (buffer.bytes.byteLength <= INLINE_MAX)
+      return { descriptor: inlineDescriptor(buffer.bytes), done: this.pending.track(Promise.resolve(), (e) => e) };
     const id = this.nextId++;
     const descriptor = encode(id, buffer.bytes.byteLength);
     const done = this.pending.track(this.conn.send(id, buffer.bytes), (e) => channelError("shm", this.peer, e));
@@ -79,6 +95,11 @@ class ShmChannel implements Channel {
   recv(descriptor: Uint8Array, into: ChannelBuffer): Promise<void> {
     if (into.kind !== "cpu")
       return Promise.reject(new ChannelNotViableError("shm channel: receives into host memory only"));
+    try {
+      if (takeInline(this.name, descriptor, into.bytes)) return this.pending.track(Promise.resolve(), (e) => e);
+    } catch (e) {
+      return Promise.reject(e);
+    }
     let d: { id: number; length: number };
     try {
       d = decode(descriptor);

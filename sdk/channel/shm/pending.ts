@@ -5,7 +5,7 @@
  * typed errors (a dead peer is a WorkerUnavailableError naming it), the peer's setup
  * messages, and the same-host domain string.
  */
-import { NativeError, WorkerUnavailableError } from "../../errors/index.js";
+import { ChannelNotViableError, NativeError, WorkerUnavailableError } from "../../errors/index.js";
 import type { ChannelBootstrap, HostIdentity, SetupValue } from "../interface.js";
 
 /** Pending operations of one channel; each settles once, by the native side or by failAll(). */
@@ -122,4 +122,31 @@ export function sameHostDomain(host: HostIdentity, namespaces: readonly string[]
     parts.push(`${ns}:${inode}`);
   }
   return parts.join("/");
+}
+
+/**
+ * Descriptors of the native channels start with a kind byte: INLINE (the bytes follow: buffers up
+ * to INLINE_MAX ride in the control frame, skipping the data path's thread hand-offs) or RECORD
+ * (the channel's own fields follow).
+ */
+export const INLINE = 1;
+export const RECORD = 0;
+export const INLINE_MAX = 16 * 1024;
+
+export function inlineDescriptor(bytes: Uint8Array): Uint8Array {
+  const d = new Uint8Array(1 + bytes.byteLength);
+  d[0] = INLINE;
+  d.set(bytes, 1);
+  return d;
+}
+
+/** Copies an INLINE descriptor's bytes into `into`; false when `d` is not inline. Throws on a length mismatch. */
+export function takeInline(name: string, d: Uint8Array, into: Uint8Array): boolean {
+  if (d.byteLength === 0 || d[0] !== INLINE) return false;
+  if (d.byteLength - 1 !== into.byteLength)
+    throw new ChannelNotViableError(
+      `${name} channel: an inline transfer of ${d.byteLength - 1} bytes for a destination of ${into.byteLength}`,
+    );
+  into.set(d.subarray(1));
+  return true;
 }

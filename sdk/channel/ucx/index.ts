@@ -11,6 +11,8 @@
  * Setup (createChannel), over the pipe's control connection:
  *  1. Each side creates a UCX context and worker and sends { address }.
  *  2. Each side connects an endpoint to the peer's worker address.
+ * Buffers up to INLINE_MAX (16 KiB) ride inside their descriptor, on the control connection
+ * (../shm/pending.ts); the data path below is for larger ones.
  * Transfers: send() is a tagged send with tag = a per-direction counter (the
  * descriptor carries it and the length); recv() posts the matching tagged
  * receive into the destination. Large sends complete (`done`) only once the
@@ -32,15 +34,26 @@ import {
   type ChannelContext,
   type ChannelSend,
 } from "../interface.js";
-import { channelError, closedError, Inbox, Pending, pipeClosedError } from "../shm/pending.js";
+import {
+  channelError,
+  closedError,
+  Inbox,
+  Pending,
+  pipeClosedError,
+  RECORD,
+  INLINE_MAX,
+  inlineDescriptor,
+  takeInline,
+} from "../shm/pending.js";
 
-const DESCRIPTOR_BYTES = 16;
+const DESCRIPTOR_BYTES = 17; // RECORD, then the fields
 
 function encode(id: number, length: number): Uint8Array {
   const d = new Uint8Array(DESCRIPTOR_BYTES);
   const v = new DataView(d.buffer);
-  v.setFloat64(0, id, true);
-  v.setFloat64(8, length, true);
+  d[0] = RECORD;
+  v.setFloat64(1, id, true);
+  v.setFloat64(9, length, true);
   return d;
 }
 
@@ -50,7 +63,7 @@ function decode(d: Uint8Array): { id: number; length: number } {
       `ucx channel: a descriptor of ${d.byteLength} bytes is not ours (expected ${DESCRIPTOR_BYTES})`,
     );
   const v = new DataView(d.buffer, d.byteOffset, d.byteLength);
-  return { id: v.getFloat64(0, true), length: v.getFloat64(8, true) };
+  return { id: v.getFloat64(1, true), length: v.getFloat64(9, true) };
 }
 
 /** The UCX transports tprpc asks for: TPRPC_UCX_TLS, else UCX's own UCX_TLS (or its default). */
@@ -74,6 +87,8 @@ class UcxChannel implements Channel {
       const done = Promise.reject(new ChannelNotViableError("ucx channel: this build moves host memory only"));
       return { descriptor: new Uint8Array(0), done };
     }
+    if (buffer.bytes.byteLength <= INLINE_MAX)
+      return { descriptor: inlineDescriptor(buffer.bytes), done: this.pending.track(Promise.resolve(), (e) => e) };
     const id = this.nextId++;
     const descriptor = encode(id, buffer.bytes.byteLength);
     const done = this.pending.track(this.conn.send(id, buffer.bytes), (e) => channelError("ucx", this.peer, e));
@@ -83,6 +98,11 @@ class UcxChannel implements Channel {
   recv(descriptor: Uint8Array, into: ChannelBuffer): Promise<void> {
     if (into.kind !== "cpu")
       return Promise.reject(new ChannelNotViableError("ucx channel: receives into host memory only"));
+    try {
+      if (takeInline(this.name, descriptor, into.bytes)) return this.pending.track(Promise.resolve(), (e) => e);
+    } catch (e) {
+      return Promise.reject(e);
+    }
     let d: { id: number; length: number };
     try {
       d = decode(descriptor);
