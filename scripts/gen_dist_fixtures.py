@@ -21,7 +21,7 @@ test/e2e/dist_parity.test.ts:
       the master makes them take turns (t1 step s, t2 step s, ...) so the
       result is deterministic.
 
-Usage: /usr/bin/python3 scripts/gen_dist_fixtures.py [--out PATH] [--bench-steps N]
+Usage: /usr/bin/python3 scripts/gen_dist_fixtures.py [--out PATH] [--bench-steps N] [--bench-only]
        npx prettier --write test/dist_autograd/fixtures   (CI checks the formatting of test/)
 (needs torch >= 1.13 with torch.distributed.rpc; Debian's python3-torch works).
 Also prints the time per training step of (b), for the benchmark comparison.
@@ -164,10 +164,10 @@ def remote_summary(module_rref):
     return summary(list(module_rref.local_value().parameters()))
 
 
-def scenario_b(bench_steps):
+def scenario_b(bench_steps, bench_only=False):
     t = {k: gen(*v) for k, v in B_GEN.items()}
     out = {"gen": B_GEN, "checksums": {k: v.double().sum().item() for k, v in t.items()}}
-    for name, (cls, extra) in OPTIMS.items():
+    for name, (cls, extra) in ({} if bench_only else OPTIMS).items():
         lr = LR["b"][name]
         lm = Shard(t["w1"], t["b1"])
         rm = RemoteModule("worker1/cpu", Shard, args=(t["w2"], t["b2"]))
@@ -291,12 +291,14 @@ def check(losses, local_losses, final, local_params, what):
         assert d <= 1e-5, f"{what}: parameters differ from the local run by {d}"
 
 
-def run(rank, port, out_path, bench_steps):
+def run(rank, port, out_path, bench_steps, bench_only):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=300)
     rpc.init_rpc(WORKERS[rank], rank=rank, world_size=len(WORKERS), rpc_backend_options=opts)
-    if rank == 0:
+    if rank == 0 and bench_only:
+        scenario_b(bench_steps, bench_only=True)
+    elif rank == 0:
         fixtures = {"torch": torch.__version__, "steps": STEPS, "a": scenario_a(), "b": scenario_b(bench_steps),
                     "c": scenario_c()}
         with open(out_path, "w") as f:
@@ -310,12 +312,13 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--out", default=os.path.join(root, "test/dist_autograd/fixtures/dist_parity.json"))
     ap.add_argument("--bench-steps", type=int, default=0)
+    ap.add_argument("--bench-only", action="store_true", help="only time (b)'s training step; write nothing")
     a = ap.parse_args()
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(run, args=(port, a.out, a.bench_steps), nprocs=len(WORKERS), join=True)
+    mp.spawn(run, args=(port, a.out, a.bench_steps, a.bench_only), nprocs=len(WORKERS), join=True)
 
 
 if __name__ == "__main__":
