@@ -245,7 +245,11 @@ function installProcessHooks(): void {
   // NB: Jupyter starts kernels in their own session, so a server that dies hard takes no kernel with
   // it; JPY_PARENT_PID names the server, and a kernel whose parent changed exits (workers included).
   const parent = Number(process.env.JPY_PARENT_PID);
-  if (parent > 1 && parent === process.ppid)
+  if (parent > 1 && parent !== process.ppid) {
+    debug(`the Jupyter server (pid ${parent}) was gone before the kernel started; exiting`);
+    process.exit(1);
+  }
+  if (parent > 1)
     setInterval(() => {
       if (process.ppid !== parent) {
         debug(`the Jupyter server (pid ${parent}) is gone; exiting`);

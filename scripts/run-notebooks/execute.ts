@@ -2,7 +2,8 @@
  * Runs one cell on a kernel and collects its outputs:
  * 1. send an execute_request (stop_on_error, no stdin) and feed every iopub message of it to
  *    the collector;
- * 2. wait for the execute_reply; past `timeoutMs`, interrupt the kernel and wait up to
+ * 2. wait for the execute_reply (a kernel that dies meanwhile fails the cell with a KernelDiedError
+ *    output); past `timeoutMs`, interrupt the kernel and wait up to
  *    `interruptGraceMs` more for the reply, then report a timeout (with an error output
  *    saying so, added after whatever the interrupted cell wrote).
  */
@@ -52,7 +53,16 @@ export async function executeCell(
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), opts.timeoutMs)));
   try {
-    const first = await Promise.race([future.done, timedOut]);
+    const first = await Promise.race([future.done, timedOut]).catch((e: unknown) => e as Error);
+    if (first instanceof Error) {
+      // The kernel died (and is being restarted) or its connection was lost while the cell ran.
+      const evalue = `the kernel stopped while the cell ran (${first.message})`;
+      collector.handle({
+        header: { msg_type: "error" },
+        content: { ename: "KernelDiedError", evalue, traceback: [`KernelDiedError: ${evalue}`] },
+      });
+      return { status: "error", executionCount: null, ename: "KernelDiedError", evalue, ms: performance.now() - t0 };
+    }
     if (first !== "timeout") return fromReply(first.content, performance.now() - t0);
     await kernel.interrupt().catch(() => undefined);
     const grace = new Promise<"late">(

@@ -7,7 +7,8 @@
  * 3. Start the server on 127.0.0.1, a free port and a random token, in its own process
  *    group, with temporary config and runtime folders (no user config leaks in).
  * 4. Wait until GET /api/status answers (bounded), or fail with the server's output.
- * 5. stop(): SIGTERM to the server's group, SIGKILL after a grace period, remove the temp folders.
+ * 5. stop(): SIGTERM to the server's group, SIGKILL after a grace period, remove the temp folders
+ *    (and, should this process exit without stop(), its 'exit' hook SIGKILLs the group).
  */
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -106,9 +107,20 @@ export async function startServer(opts: {
   child.stderr!.on("data", keep);
   const gone = exited(child);
 
+  // NB: the last resort when this process exits without stop() (the server is in its own group).
+  const killOnExit = () => {
+    try {
+      process.kill(-child.pid!, "SIGKILL");
+    } catch {
+      // gone
+    }
+  };
+  process.on("exit", killOnExit);
+
   let stopping: Promise<void> | null = null;
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
+      process.off("exit", killOnExit);
       const kill = (sig: NodeJS.Signals) => {
         try {
           process.kill(-child.pid!, sig);

@@ -155,6 +155,23 @@ describe("executeCell", () => {
     });
   });
 
+  it("fails the cell with a KernelDiedError output when the kernel dies under it", async () => {
+    // @jupyterlab/services rejects the future's done when the kernel dies or restarts.
+    const died = Promise.reject(new Error("Canceled future for execute_request message before replies were done"));
+    died.catch(() => undefined);
+    const kernel: KernelLike = {
+      requestExecute: sinon.fake.returns({ onIOPub: () => undefined, done: died, dispose: sinon.fake() }),
+      interrupt: sinon.fake.resolves(undefined),
+    };
+    const c = new OutputCollector();
+    const out: Output[] = [];
+    c.begin(out);
+    const r = await executeCell(kernel, "process.exit(3)", c, { timeoutMs: 60_000 });
+    expect(r).toMatchObject({ status: "error", executionCount: null, ename: "KernelDiedError" });
+    expect(r.evalue).toContain("Canceled future");
+    expect(out).toEqual([expect.objectContaining({ output_type: "error", ename: "KernelDiedError" })]);
+  });
+
   it("interrupts a cell past its timeout and adds a CellTimeoutError output", async () => {
     const clock = sinon.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
     const { kernel, futures } = fakeKernel(() => undefined); // never replies by itself
