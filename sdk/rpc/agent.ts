@@ -256,6 +256,10 @@ export class Agent implements RRefHost {
   readonly registry = new Registry();
   readonly rrefs: RRefContext = new RRefContext(() => this);
   private readonly codeCache = new ShippedCodeCache();
+  private readonly describeCache = new WeakMap<
+    object,
+    { scope: object; deps: [string, unknown][]; record: TargetRecord }
+  >();
   private readonly pending = new Map<number, Pending>();
   private readonly outgoing = new Map<string, Promise<Peer>>();
   private readonly inbound = new Set<Peer>();
@@ -427,12 +431,7 @@ export class Agent implements RRefHost {
     try {
       this.workerInfo(to);
       out = hookOutgoing(to, "request", args);
-      if (target !== null)
-        record = describeTarget(target as never, {
-          builtins: BuiltinIndex.of(this.sdk),
-          registry: this.registry,
-          scope: currentShippingScope(),
-        });
+      if (target !== null) record = this.describe(target, currentShippingScope());
     } catch (e) {
       return Promise.reject(e);
     }
@@ -479,6 +478,32 @@ export class Agent implements RRefHost {
       void send(this.codeCache.outgoing(to, full));
     } else void send(null);
     return done;
+  }
+
+  /**
+   * describeTarget, cached per shipped function: analysing and hashing the source on every call
+   * costs more than the rest of a small call. A cached record is reused only while every name it
+   * captured still holds the same value in the same scope (a notebook cell that redefines a
+   * helper invalidates it); records that captured objects by value are never cached, since the
+   * object may have changed inside.
+   */
+  private describe(target: unknown, scope: object): TargetRecord {
+    const sc = scope as Record<string, unknown>;
+    if (typeof target === "function") {
+      const c = this.describeCache.get(target);
+      if (c && c.scope === scope && c.deps.every(([n, v]) => sc[n] === v)) return c.record;
+    }
+    const record = describeTarget(target as never, {
+      builtins: BuiltinIndex.of(this.sdk),
+      registry: this.registry,
+      scope,
+    });
+    if (typeof target === "function" && record.kind === "source" && "deps" in record && record.deps) {
+      const deps = Object.entries(record.deps);
+      if (deps.every(([, d]) => d.kind !== "value" || d.value === null || typeof d.value !== "object"))
+        this.describeCache.set(target, { scope, deps: deps.map(([n]) => [n, sc[n]]), record });
+    }
+    return record;
   }
 
   /** A member left the group: reject what we wait on from it (its pipe closes on its own). */
