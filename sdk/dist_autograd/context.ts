@@ -92,9 +92,18 @@ export function newMessageId(): number {
   return workerBits() + ++msgCounter;
 }
 
-/** The context with this id, created when a message of a peer's context arrives first. */
-export function getOrCreateContext(id: number): DistAutogradContext {
+/**
+ * Ids released here lately (bounded): a message of a released context that
+ * arrives late (a reply still in flight, an un-awaited rpcAsync) must not
+ * bring the context back, where nobody would release it again.
+ */
+const released = new Set<number>();
+const RELEASED_KEPT = 4096;
+
+/** The context with this id, created when a message of a peer's context arrives first; undefined once released here. */
+export function getOrCreateContext(id: number): DistAutogradContext | undefined {
   let ctx = contexts.get(id);
+  if (!ctx && released.has(id)) return undefined;
   if (!ctx) {
     watchLeaves();
     ctx = new DistAutogradContext(id);
@@ -125,6 +134,8 @@ export function retrieveContext(id: number): DistAutogradContext {
 export function dropContext(id: number): DistAutogradContext | undefined {
   const ctx = contexts.get(id);
   contexts.delete(id);
+  released.add(id);
+  if (released.size > RELEASED_KEPT) released.delete(released.values().next().value!);
   if (ambient === id) ambient = null;
   if (ctx) debug(3, "dist_autograd", `released context ${id}`);
   return ctx;

@@ -62,10 +62,10 @@ function outgoing(msg: { to: string; kind: "request" | "response"; values: unkno
   if (msg.kind === "request") ctxId = currentContextId();
   else ctxId = parseMeta(msg.requestMeta)?.c ?? null;
   if (ctxId === null) return undefined;
-  // NB: a request whose context was released (async work outliving its context() callback) goes unrecorded
+  // NB: a message whose context was released (async work outliving its context() callback) goes unrecorded
   const ctx = msg.kind === "request" ? findContext(ctxId) : getOrCreateContext(ctxId);
   if (!ctx) {
-    debug(1, "dist_autograd", `an RPC to ${msg.to} ran after its context ${ctxId} was released: not recorded`);
+    debug(1, "dist_autograd", `a message to ${msg.to} went after its context ${ctxId} was released: not recorded`);
     return undefined;
   }
   ctx.knownWorkers.add(msg.to);
@@ -87,7 +87,7 @@ function incoming(msg: { from: string; kind: "request" | "response"; values: unk
   if (!m) return msg.values;
   const ctx = msg.kind === "request" ? getOrCreateContext(m.c) : findContext(m.c);
   if (!ctx) {
-    debug(1, "dist_autograd", `a reply from ${msg.from} arrived after its context ${m.c} was released: not recorded`);
+    debug(1, "dist_autograd", `a message from ${msg.from} arrived after its context ${m.c} was released: not recorded`);
     return msg.values;
   }
   ctx.knownWorkers.add(msg.from);

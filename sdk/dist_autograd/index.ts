@@ -53,7 +53,8 @@ export interface DistAutogradContextHandle {
 /**
  * Opens a context that stays current (wherever no `context()` callback says
  * otherwise) until `release()`: the form for notebooks, where one cell's
- * awaits do not carry into the next.
+ * awaits do not carry into the next. NB: code serving an RPC runs in its
+ * caller's context (or explicitly in none), so there use `context()`.
  */
 export function newContext(): DistAutogradContextHandle {
   const ctx = createContext();

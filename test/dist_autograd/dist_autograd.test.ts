@@ -19,6 +19,7 @@ import {
   rpc,
   tensor,
 } from "../../sdk/index.js";
+import { getOrCreateContext } from "../../sdk/dist_autograd/context.js";
 import { RecvNode, SendNode } from "../../sdk/dist_autograd/functions.js";
 import { parseMeta } from "../../sdk/dist_autograd/hook.js";
 import { collectTensors, mapTensors } from "../../sdk/dist_autograd/tensors.js";
@@ -108,6 +109,9 @@ describe("a one-worker group calling itself", () => {
     expect(Math.floor(ids[0]! / 2 ** 32)).toBe(rpc.getWorkerInfo().id);
     expect(distAutograd.contextCount()).toBe(0);
     expect(distAutograd.currentContext()).toBeNull();
+    // a late message of a released context does not bring it back
+    expect(getOrCreateContext(ids[0]!)).toBeUndefined();
+    expect(distAutograd.contextCount()).toBe(0);
   });
 
   it("backpropagates through a call to itself into the context, not .grad", async () => {
