@@ -488,7 +488,7 @@ export class Pipe {
 
   private closedError(cause?: Error): Error {
     const e = cause ?? this.closeError;
-    if (e instanceof WorkerUnavailableError) return e;
+    if (e instanceof WorkerUnavailableError || e instanceof ChannelNotViableError) return e;
     return new WorkerUnavailableError(`the pipe to "${this.peer}" is closed${e ? ` (${e.message})` : ""}`, this.peer);
   }
 
