@@ -17,7 +17,9 @@
  * NB: each propagation is its own engine run with its own dependency count,
  * so a node that several messages' gradients reach runs once per message
  * with that message's part (sums are linear, so the result is the same as one
- * run with the total). Runs therefore keep their graph (retainGraph); the
+ * run with the total). PyTorch counts dependencies once over all of a worker's
+ * send functions instead, which stalls the nodes behind a send function whose
+ * recv never gets a gradient. Runs therefore keep their graph (retainGraph); the
  * caller's local graph is released at the end when retainGraph is false, the
  * other workers' parts when the context is released.
  *
