@@ -65,6 +65,21 @@ describe("distributed autograd across 3 processes", () => {
     expect(await counts()).toEqual([0, 0, 0]);
   });
 
+  it("gives a worker's leaf its gradient when only one of two replies that used it reaches the loss", async () => {
+    const b = gen(30, [3], 0.6);
+    await rpc.rpcSync("worker2", "dist.setLeaf", ["b", b]);
+    const [h1, h2] = [gen(31, [3], 1.0), gen(32, [3], 1.0)];
+    const bl = tensor(b, { requiresGrad: true });
+    h1.mul(bl).exp().sum().backward();
+    await distAutograd.context(async (ctxId) => {
+      const y1 = await rpc.rpcSync<Tensor>("worker2", "dist.nestedInner", [h1]);
+      await rpc.rpcSync<Tensor>("worker2", "dist.nestedInner", [h2]); // recorded, but unused by the loss
+      await within(distAutograd.backward(ctxId, [y1.sum()]), 20_000, "backward");
+      const [gb] = await rpc.rpcSync<(number[] | null)[]>("worker2", "dist.gradsOf", [ctxId, ["b"]]);
+      expectClose(gb!, bl.grad!);
+    });
+  });
+
   it("keeps contexts open across cells with newContext() and releases them everywhere with release()", async () => {
     const x = gen(4, [3], 1.0, true);
     const ctx = distAutograd.newContext();
