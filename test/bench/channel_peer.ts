@@ -122,8 +122,9 @@ export class ChannelPeer {
   private ready!: () => void;
   readonly exited: Promise<void>;
 
-  private constructor(name: string, env: NodeJS.ProcessEnv) {
-    this.proc = spawn(process.execPath, [PEER_SCRIPT, name], {
+  private constructor(name: string, env: NodeJS.ProcessEnv, wrap: readonly string[]) {
+    const argv = [...wrap, process.execPath, PEER_SCRIPT, name];
+    this.proc = spawn(argv[0]!, argv.slice(1), {
       stdio: ["pipe", "pipe", "inherit"],
       env: { ...process.env, ...env },
     });
@@ -136,9 +137,18 @@ export class ChannelPeer {
     this.proc.stdout!.on("end", () => this.closeListener?.(new Error("the peer process exited")));
   }
 
-  /** Starts the child and sets up `ctx`'s channel with it (we are the connector). */
-  static async start(ctx: ChannelContext, env: NodeJS.ProcessEnv = {}, timeoutMs = 30_000): Promise<ChannelPeer> {
-    const peer = new ChannelPeer(ctx.name, env);
+  /**
+   * Starts the child and sets up `ctx`'s channel with it (we are the connector). `host` is the
+   * address we advertise (the child's comes in env TPRPC_PEER_HOST); `wrap` prefixes the child's
+   * command line (e.g. ["ip", "netns", "exec", ns] to run it in another network namespace).
+   */
+  static async start(
+    ctx: ChannelContext,
+    env: NodeJS.ProcessEnv = {},
+    timeoutMs = 30_000,
+    opts: { host?: string; wrap?: readonly string[] } = {},
+  ): Promise<ChannelPeer> {
+    const peer = new ChannelPeer(ctx.name, env, opts.wrap ?? []);
     const host = hostIdentity();
     const devices = { cpu: 1, cuda: 0 };
     const advert = ctx.advertise(host, devices);
@@ -160,7 +170,7 @@ export class ChannelPeer {
       remoteAdvert,
       pairs: ["cpu-cpu"],
       secret: "s",
-      host: "127.0.0.1",
+      host: opts.host ?? "127.0.0.1",
       timeoutMs,
       send: async (msg) => peer.write({ t: "boot", msg }),
       onMessage: (cb) => {
