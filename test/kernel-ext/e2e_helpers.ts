@@ -38,13 +38,21 @@ export interface Executed {
   errorOutput?: { ename: string; evalue: string; traceback: string[] };
 }
 
-/** Runs `code`, bounded by `ms`. */
-export async function exec(k: Kernel.IKernelConnection, code: string, ms = 60_000): Promise<Executed> {
+/** Runs `code`, bounded by `ms`; `onStdout` sees the cell's stdout so far after each write. */
+export async function exec(
+  k: Kernel.IKernelConnection,
+  code: string,
+  ms = 60_000,
+  onStdout?: (text: string) => void,
+): Promise<Executed> {
   const f = k.requestExecute({ code, stop_on_error: true, allow_stdin: false });
   const out: Executed = { status: "?", stdout: "" };
   f.onIOPub = (m: KernelMessage.IIOPubMessage) => {
     const c = m.content as Record<string, unknown>;
-    if (m.header.msg_type === "stream" && c.name === "stdout") out.stdout += String(c.text);
+    if (m.header.msg_type === "stream" && c.name === "stdout") {
+      out.stdout += String(c.text);
+      onStdout?.(out.stdout);
+    }
     if (m.header.msg_type === "execute_result") out.result = String((c.data as Record<string, string>)["text/plain"]);
     if (m.header.msg_type === "error") out.errorOutput = c as Executed["errorOutput"];
   };

@@ -69,11 +69,17 @@ describe.skipIf(!hasJupyter)("tprpc kernel lifecycle (e2e)", () => {
 
     // Interrupt a call the worker would answer only after 20 s.
     const t0 = Date.now();
+    let started!: () => void;
+    const calling = new Promise<void>((r) => (started = r));
     const pending = exec(
       k,
-      'await tprpc.rpc.rpcSync("worker1", async () => { await new Promise((r) => setTimeout(r, 20_000)); return 1; })',
+      'console.log("calling");\nawait tprpc.rpc.rpcSync("worker1", async () => { await new Promise((r) => setTimeout(r, 20_000)); return 1; })',
+      60_000,
+      (text) => text.includes("calling") && started(),
     );
-    await new Promise((r) => setTimeout(r, 1_500));
+    // NB: interrupt only once the cell runs (the RPC is sent right after the log line), however slow the machine.
+    await calling;
+    await new Promise((r) => setTimeout(r, 500));
     await k.interrupt();
     const interrupted = await pending;
     expect(Date.now() - t0).toBeLessThan(15_000);
