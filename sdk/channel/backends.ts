@@ -4,4 +4,7 @@
  * registers and answers isViable() === false. The pipe layer imports this
  * file, so every agent sees the same set.
  */
+import "./cma/index.js";
+import "./shm/index.js";
 import "./tcp/index.js";
+import "./ucx/index.js";

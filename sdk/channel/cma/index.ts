@@ -197,7 +197,6 @@ export class CmaChannelContext implements ChannelContext {
   advertise(host: HostIdentity): ChannelAdvert | null {
     if (!this.isViable() || host.uid < 0) return null;
     const domain = sameHostDomain(host, ["pid", "user"]);
-    if (domain === null) return null;
     const p = this.probe!;
     return {
       name: this.name,

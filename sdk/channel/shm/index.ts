@@ -143,7 +143,6 @@ export class ShmChannelContext implements ChannelContext {
 
   advertise(host: HostIdentity): ChannelAdvert | null {
     const domain = sameHostDomain(host, ["net", "pid"]);
-    if (domain === null) return null;
     return { name: this.name, priorities: { "cpu-cpu": CHANNEL_PRIORITY.shm }, domain };
   }
 

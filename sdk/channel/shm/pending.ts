@@ -5,6 +5,7 @@
  * typed errors (a dead peer is a WorkerUnavailableError naming it), the peer's setup
  * messages, and the same-host domain string.
  */
+import { randomUUID } from "node:crypto";
 import { ChannelNotViableError, NativeError, WorkerUnavailableError } from "../../errors/index.js";
 import type { ChannelBootstrap, HostIdentity, SetupValue } from "../interface.js";
 
@@ -112,15 +113,14 @@ export class Inbox {
   }
 }
 
-/** The same-host domain: boot id plus the namespaces the socket and the pid check depend on. */
-export function sameHostDomain(host: HostIdentity, namespaces: readonly string[]): string | null {
-  if (!host.bootId) return null;
+/**
+ * The same-host domain: boot id plus the namespaces the channel depends on. Where one is unknown,
+ * a domain no other process can have (so the channel is offered, but never chosen, for this peer).
+ */
+export function sameHostDomain(host: HostIdentity, namespaces: readonly string[]): string {
   const parts = [host.bootId];
-  for (const ns of namespaces) {
-    const inode = host.namespaces[ns];
-    if (inode === undefined) return null;
-    parts.push(`${ns}:${inode}`);
-  }
+  for (const ns of namespaces) parts.push(`${ns}:${host.namespaces[ns] ?? ""}`);
+  if (!host.bootId || parts.some((p) => p.endsWith(":"))) return `unknown-host/${host.pid}/${randomUUID()}`;
   return parts.join("/");
 }
 
