@@ -277,6 +277,13 @@ export function startKernel(configPath: string): void {
   });
   installProcessHooks();
   // NB: enableFindLocal false: a tslab found near the notebook would be another, unwrapped copy.
+  const before = new Set<unknown>([
+    ...process.listeners("unhandledRejection"),
+    ...process.listeners("uncaughtException"),
+  ]);
   mainMod.startKernel({ configPath, enableFindLocal: false });
+  // NB: tslab's own handlers would also print these into the cell's stderr; the error output says it all.
+  for (const l of process.listeners("unhandledRejection")) if (!before.has(l)) process.off("unhandledRejection", l);
+  for (const l of process.listeners("uncaughtException")) if (!before.has(l)) process.off("uncaughtException", l);
   debug(`started (pid ${process.pid}, SDK ${sdkEntry()})`);
 }
