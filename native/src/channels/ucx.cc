@@ -105,6 +105,12 @@ struct ucp_request_param_t {
   void* memh;
 };
 
+// Statuses by which a request tells that its peer went away (before or without the error handler).
+bool PeerLost(ucs_status_t st) {
+  return st == -25 /* CONNECTION_RESET */ || st == -80 /* ENDPOINT_TIMEOUT */ || st == -6 /* UNREACHABLE */ ||
+         st == -3 /* IO_ERROR */;
+}
+
 bool IsErr(void* p) { return reinterpret_cast<uintptr_t>(p) >= static_cast<uintptr_t>(static_cast<intptr_t>(UCS_ERR_LAST)); }
 ucs_status_t PtrStatus(void* p) { return static_cast<ucs_status_t>(reinterpret_cast<intptr_t>(p)); }
 
@@ -288,6 +294,8 @@ class UcxCore {
         o = Outcome::Fail("ECHANNELCLOSED", 0, "ucx channel: closed before the transfer finished");
       else if (!b.ok)
         o = b;
+      else if (PeerLost(st))
+        o = UcsFail(ucp_, "ECONNRESET", st, "the peer is gone (exited or unreachable)");
       else
         o = UcsFail(ucp_, "EUCX", st, f->op.kind == OpKind::Send ? "send failed" : "recv failed");
     }

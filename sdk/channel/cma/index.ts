@@ -195,12 +195,13 @@ export class CmaChannelContext implements ChannelContext {
   }
 
   advertise(host: HostIdentity): ChannelAdvert | null {
-    if (!this.isViable() || host.uid < 0) return null;
+    if (!this.isViable()) return null;
     const domain = sameHostDomain(host, ["pid", "user"]);
     const p = this.probe!;
     return {
       name: this.name,
       priorities: { "cpu-cpu": CHANNEL_PRIORITY.cma },
+      // NB: an unknown uid (-1) still makes a valid, if unusual, domain: both sides would need it.
       domain: `${domain}/uid:${host.uid}`,
       info: { pid: p.pid, address: p.address, value: p.value },
     };
