@@ -57,6 +57,17 @@ describe("tprpc-kernel install / list / uninstall", () => {
     expect(cli("list").out).toContain("no tprpc kernelspec installed");
   });
 
+  it("--sys-prefix installs into the active virtualenv", () => {
+    const venv = path.join(dir, "venv");
+    const r = spawnSync(process.execPath, [bin, "install", "--sys-prefix"], {
+      env: { ...env, VIRTUAL_ENV: venv },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    expect(r.status, r.stderr).toBe(0);
+    expect(fs.existsSync(path.join(venv, "share/jupyter/kernels/tprpc/kernel.json"))).toBe(true);
+  });
+
   it("refuses a bad name and two locations at once", () => {
     const bad = cli("install", "--prefix", dir, "--name", "../evil");
     expect(bad.code).toBe(1);
