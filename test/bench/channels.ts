@@ -3,27 +3,28 @@
  * process and a real peer process, beside PyTorch RPC (TensorPipe, default channels) and, when
  * installed, grpc-js — all measured in the same invocation.
  *
- * 1. Channels: each config below (shm, cma, ucx over UCX's shm and tcp transports, and tcp when
- *    the pipe layer registered it) runs through test/bench/channel_peer.ts: we send N bytes, the
- *    peer receives them into a pooled, pre-faulted buffer and sends them back, we receive into a
- *    reused buffer. The control messages (descriptors) go over the child's stdio pipes, standing
- *    in for the pipe's control connection. NB: this is the channel layer alone, not rpcSync: the
- *    RPC agent does not route tensors through channels yet; when it does, the same sizes should
- *    be measured through rpc.rpcSync with TPRPC_CHANNELS=<name>.
- *    Round trip = median per-call time over trials (plan() below); GB/s counts bytes both ways.
- *    "64 in flight": 4,000 echoes of 0 B / 4 KB kept 64 outstanding, calls/s (median of trials).
+ * 1. rpcSync per channel: for each config below (shm, cma, ucx over UCX's shm and tcp
+ *    transports, tcp) this process becomes rank 0 of a group with one local worker, both with
+ *    TPRPC_CHANNELS=<channel> (rpc.pipeInfo confirms the cpu-cpu choice); rpcSync of a shipped
+ *    identity lambda with a number (0 B) or a float32 tensor of 4 KB … 400 MB; rpcAsync: 4,000
+ *    calls kept 64 in flight (0 B). Round trip = median per-call time over trials (plan() below);
+ *    GB/s counts the bytes both ways.
+ * 1b. The channel alone (--channel-level): test/bench/channel_peer.ts echoes N bytes through the
+ *    channel with a real peer process, descriptors over the child's stdio instead of a pipe.
  * 2. torch: ../shared/bench/torch_rpc.py under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides),
  *    ~50 s; --no-torch skips it. grpc-js: ../shared/bench/grpc_node.js when @grpc/grpc-js
  *    resolves from NODE_PATH or /tmp/anchors-npm; --no-grpc skips it.
  * 3. Ratios: torch time / channel time, so > 1 means the channel is faster.
  *
- * Flags: --quick (fewer trials), --only shm,cma (configs by label prefix).
+ * Flags: --quick (fewer trials), --only shm,cma (configs by label prefix), --channel-level (1b instead of 1).
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ChannelContext } from "../../sdk/channel/interface.js";
+import { Tensor, ones, rpc } from "../../sdk/index.js";
+import { startLocalWorkers } from "../../sdk/rpc/launcher.js";
 import { ChannelPeer, pattern } from "./channel_peer.js";
 
 const SIZES = [0, 4_000, 4_000_000, 40_000_000, 400_000_000];
@@ -166,6 +167,83 @@ async function measureChannel(cfg: Config, quick: boolean): Promise<Figures | st
   }
 }
 
+const identity = (x: unknown): unknown => x;
+
+function payload(nbytes: number): number | Tensor {
+  return nbytes === 0 ? 1 : ones([nbytes / 4], { dtype: "float32" });
+}
+
+async function rpcSyncTime(to: string, nbytes: number, quick: boolean): Promise<number> {
+  const x = payload(nbytes);
+  const back = await rpc.rpcSync(to, identity, [x]);
+  if (x instanceof Tensor ? !(back instanceof Tensor) || back.numel() !== x.numel() : back !== x)
+    throw new Error(`identity returned something else for ${nbytes} B`);
+  const [warm, trials, batch] = plan(nbytes, quick);
+  for (let i = 1; i < warm; i++) await rpc.rpcSync(to, identity, [x]);
+  const per: number[] = [];
+  for (let t = 0; t < trials; t++) {
+    const t0 = now();
+    for (let i = 0; i < batch; i++) await rpc.rpcSync(to, identity, [x]);
+    per.push((now() - t0) / batch);
+  }
+  return median(per);
+}
+
+async function rpcAsyncRate(to: string, nbytes: number, quick: boolean): Promise<number> {
+  const x = payload(nbytes);
+  const run = async (): Promise<number> => {
+    let issued = 0;
+    const lane = async (): Promise<void> => {
+      while (issued < ASYNC_CALLS) {
+        issued++;
+        await rpc.rpcAsync(to, identity, [x]);
+      }
+    };
+    const t0 = now();
+    await Promise.all(Array.from({ length: IN_FLIGHT }, lane));
+    return ASYNC_CALLS / (now() - t0);
+  };
+  await run();
+  const rates: number[] = [];
+  for (let t = 0; t < (quick ? 3 : 5); t++) rates.push(await run());
+  return median(rates);
+}
+
+/** rpcSync / rpcAsync over a group whose pipes may use only `cfg.channel`. */
+async function measureRpc(cfg: Config, quick: boolean): Promise<Figures | string> {
+  const env: NodeJS.ProcessEnv = { ...cfg.env, TPRPC_CHANNELS: cfg.channel };
+  const saved: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(env)) {
+    saved[k] = process.env[k];
+    process.env[k] = v;
+  }
+  const cluster = await startLocalWorkers({ workers: 1 });
+  try {
+    await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 300_000, initTimeoutMs: 30_000 });
+    await rpc.rpcSync("worker1", identity, [1]);
+    const info = await rpc.pipeInfo("worker1");
+    if (info.channels["cpu-cpu"] !== cfg.channel)
+      return `the pipe chose ${String(info.channels["cpu-cpu"])} (missing: ${JSON.stringify(info.missing)})`;
+    const figures: Figures = { sync: new Map(), async: new Map() };
+    for (const n of SIZES) {
+      figures.sync.set(n, await rpcSyncTime("worker1", n, quick));
+      (globalThis as { gc?: () => void }).gc?.();
+    }
+    figures.async.set(0, await rpcAsyncRate("worker1", 0, quick));
+    await rpc.shutdown({ timeoutMs: 10_000 });
+    return figures;
+  } catch (e) {
+    return `failed: ${e instanceof Error ? e.message : String(e)}`;
+  } finally {
+    await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
+    await cluster.close();
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+}
+
 function parseTime(v: string, unit: string): number {
   return Number(v) * (unit === "us" ? 1e-6 : unit === "ms" ? 1e-3 : 1);
 }
@@ -219,12 +297,13 @@ function cell(s: number | undefined, nbytes: number): string {
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   const quick = argv.includes("--quick");
+  const channelLevel = argv.includes("--channel-level");
   const only = argv.includes("--only") ? argv[argv.indexOf("--only") + 1]!.split(",") : null;
   const configs = CONFIGS.filter((c) => !only || only.some((o) => c.label.startsWith(o)));
   const results = new Map<string, Figures | string>();
   for (const cfg of configs) {
     process.stderr.write(`[bench:channels] ${cfg.label} ...\n`);
-    results.set(cfg.label, await measureChannel(cfg, quick));
+    results.set(cfg.label, await (channelLevel ? measureChannel(cfg, quick) : measureRpc(cfg, quick)));
   }
   const torch = argv.includes("--no-torch") ? "skipped (--no-torch)" : runReference("torch");
   const grpc = argv.includes("--no-grpc") ? "skipped (--no-grpc)" : runReference("grpc");
@@ -234,7 +313,11 @@ async function main(): Promise<void> {
   ];
 
   const out: string[] = [];
-  out.push("## Channels: identity round trip between two local processes (median per call)");
+  out.push(
+    channelLevel
+      ? "## Channels alone: identity round trip through each channel to a local peer process (median per call)"
+      : "## rpcSync identity round trip per channel (TPRPC_CHANNELS), master + one local worker (median per call)",
+  );
   out.push("");
   for (const [name, r] of refs) out.push(`${name}: ${typeof r === "string" ? `unavailable — ${r}` : r.header}`);
   out.push("");
