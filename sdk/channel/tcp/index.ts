@@ -113,8 +113,11 @@ class TcpChannel implements Channel {
     if (this.closed) return failed(this.closedError());
     const seq = this.sendSeq++;
     const parts = splitTransfer(bytes.byteLength, seq, this.send_.length, this.stripeMin);
-    const done = Promise.all(parts.map((p) => this.send_[p.lane]!.write(bytes.subarray(p.start, p.end)))).then(
-      () => undefined,
+    // NB: start the lane writes after the current tick, so the pipe's control frame (written right
+    // after this returns) reaches the peer first and it has posted the destination when the bytes
+    // arrive: they then land there directly instead of stalling the lane in a scratch buffer.
+    const done = new Promise<void>((resolve) => process.nextTick(resolve)).then(() =>
+      Promise.all(parts.map((p) => this.send_[p.lane]!.write(bytes.subarray(p.start, p.end)))).then(() => undefined),
     );
     done.catch(() => undefined);
     const descriptor = new Uint8Array(4);
