@@ -7,7 +7,8 @@
  *    (TPRPC_TORCH_PYTHON overrides) with its default transports (shm + cma on one host) and
  *    `--ops-sizes ""`; its result lines are parsed. Missing: "PyTorch RPC reference unavailable".
  *    It takes ~50 s of the section (its 1-in-flight async runs cannot be left out); --no-torch skips it.
- * 2. tprpc: this process is the master (rank 0), one worker is started with startLocalWorkers; the
+ * 2. tprpc: this process is the master (rank 0), one worker is started with startLocalWorkers, and
+ *    the master allows only the tcp channel (options.channels), so tensors move over TCP lanes; the
  *    target is a shipped identity lambda `(x) => x` (compiled once per peer), the argument a number
  *    (0 B) or a float32 tensor of 4 KB … 400 MB (decimal, as torch_rpc.py). rpcSync round trips:
  *    warm-up, then trials of a batch of calls, per-call time = median over trials (as common.py,
@@ -139,10 +140,24 @@ async function measureAsync(to: string, nbytes: number, quick: boolean): Promise
   return median(rates);
 }
 
+let pipeLine = "";
+
 async function runTprpc(quick: boolean): Promise<Figures> {
   const cluster = await startLocalWorkers({ workers: 1 });
   try {
-    await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 300_000, initTimeoutMs: 30_000 });
+    // NB: issue 4's figures are over TCP: the master allows only the tcp channel, so the pipe picks it
+    // even where shm/cma are viable (npm run bench:channels compares those).
+    await rpc.initRpc("master", {
+      ...cluster.initOptions,
+      rpcTimeoutMs: 300_000,
+      initTimeoutMs: 30_000,
+      channels: "tcp",
+    });
+    const info = await rpc.pipeInfo("worker1");
+    pipeLine = `pipe to worker1: transport ${info.transport}, cpu-cpu channel ${info.channels["cpu-cpu"] ?? "none"}`;
+    // JIT warm-up of both processes (V8 tiers up after a few thousand calls), before anything is timed
+    for (let i = 0; i < (quick ? 1_000 : 3_000); i++) await rpc.rpcSync("worker1", identity, [1]);
+    await Promise.all(Array.from({ length: IN_FLIGHT }, () => rpc.rpcAsync("worker1", identity, [1])));
     const figures: Figures = { sync: new Map(), async: new Map() };
     for (const n of SIZES) {
       figures.sync.set(n, await measureSync("worker1", n, quick));
@@ -184,6 +199,7 @@ export async function rpcBench(quick: boolean): Promise<void> {
   console.log(
     "tprpc: this process (rank 0) + 1 worker (startLocalWorkers), shipped identity (x) => x, float32 tensors",
   );
+  console.log(pipeLine);
   if (typeof torch === "string") console.log(`PyTorch RPC reference unavailable (${torch})`);
   else console.log(`PyTorch RPC: ${torch.header}; TensorPipe default = shm transport + cma channel on one host`);
   console.log("ratios: > 1 means tprpc is faster (latency torch/tprpc, throughput tprpc/torch)");
