@@ -5,6 +5,9 @@
  * file, so every agent sees the same set.
  */
 import "./cma/index.js";
+import "./cuda_ipc/index.js";
+import "./cuda_staging/index.js";
+import "./nccl/index.js";
 import "./shm/index.js";
 import "./tcp/index.js";
 import "./ucx/index.js";

@@ -34,6 +34,11 @@ export interface ClusterOptions extends Omit<LocalWorkersOptions, "workers"> {
   rpcTimeoutMs?: number;
   /** Bound on the workers starting and the group assembling, ms. Default 60 000. */
   startTimeoutMs?: number;
+  /**
+   * The channels every process of the cluster may use for tensor bytes ("shm,tcp" or a list),
+   * as initRpc's `channels`; the workers get it as TPRPC_CHANNELS. Default: every viable one.
+   */
+  channels?: string | readonly string[];
 }
 
 export type WorkerState = "starting" | "running" | "exited" | "killed";
@@ -123,6 +128,7 @@ export class Cluster {
       ...this.local.initOptions,
       rpcTimeoutMs: opts.rpcTimeoutMs,
       initTimeoutMs: timeoutMs,
+      ...(opts.channels === undefined ? {} : { channels: opts.channels }),
     });
     init.catch(() => undefined);
     await Promise.race([init, death]);
@@ -216,7 +222,9 @@ export async function start(opts: ClusterOptions = {}): Promise<Cluster> {
     debug(1, "cluster", "start(): shutting down the previous cluster first");
     await active.shutdown();
   }
-  const local = await startLocalWorkers({ ...opts, workers });
+  const channels = typeof opts.channels === "string" ? opts.channels : opts.channels?.join(",");
+  const env = channels === undefined ? opts.env : { ...opts.env, TPRPC_CHANNELS: channels };
+  const local = await startLocalWorkers({ ...opts, env, workers });
   const c = new Cluster(opts.name ?? "master", local);
   all.add(c);
   try {
