@@ -357,7 +357,8 @@ async function main(): Promise<void> {
     parts.push(`grpc-js 400 MB ${g ? (g / f.sync.get(400_000_000)!).toFixed(1) + "x" : "-"}`);
     for (const n of ASYNC_SIZES) {
       const t = torchF?.async.get(n);
-      parts.push(`${IN_FLIGHT} in flight ${fmtBytes(n)} ${t ? (f.async.get(n)! / t).toFixed(2) + "x" : "-"}`);
+      const v = f.async.get(n);
+      if (v !== undefined) parts.push(`${IN_FLIGHT} in flight ${fmtBytes(n)} ${t ? (v / t).toFixed(2) + "x" : "-"}`);
     }
     out.push(`- ${cfg.label}: ${parts.join(", ")}`);
   }
