@@ -140,6 +140,7 @@ export class Pipe {
   private readonly pairIndex = new Map<DevicePairKey, number>();
   private boots: Boot[] = [];
   private isReady = false;
+  private refused = false;
   private readonly sendQueue: Queued[] = [];
   private readonly held: Frame[] = [];
   private msgCb: ((m: ReceivedMessage) => void) | null = null;
@@ -287,6 +288,7 @@ export class Pipe {
   }
 
   private onFrame(f: Frame): void {
+    if (this.refused) return;
     switch (f.kind) {
       case FrameKind.MESSAGE:
         if (!this.isReady) this.held.push(f);
@@ -348,8 +350,11 @@ export class Pipe {
     try {
       n = negotiate(this.opts.local, caps);
     } catch (e) {
-      this.write(FrameKind.REFUSE, { reason: (e as Error).message }).catch(() => undefined);
-      this.close(e as Error);
+      // NB: close only once REFUSE left (destroying the socket drops unsent bytes); ignore the peer meanwhile
+      this.refused = true;
+      void this.write(FrameKind.REFUSE, { reason: (e as Error).message })
+        .catch(() => undefined)
+        .then(() => this.close(e as Error));
       return;
     }
     this.negotiation = n;

@@ -19,6 +19,7 @@ class TcpConnection implements TransportConnection {
   private pending: Uint8Array[] = [];
   private endError: Error | null = null;
   private ended = false;
+  private corked = false;
 
   constructor(
     private readonly sock: net.Socket,
@@ -50,9 +51,17 @@ class TcpConnection implements TransportConnection {
     if (this.closed)
       return Promise.reject(new WorkerUnavailableError(`connection to ${this.remote} is closed`, this.remote));
     return new Promise((resolve, reject) => {
-      // NB: corked, the chunks leave in one writev; the last chunk's callback runs once all of them
-      // were handed to the OS (or with an error when the socket died first).
-      this.sock.cork();
+      // NB: the socket stays corked until the end of this tick, so every message written in one tick
+      // (64 calls in flight answered from one read) leaves in one writev; the last chunk's callback
+      // runs once all of them were handed to the OS (or with an error when the socket died first).
+      if (!this.corked) {
+        this.corked = true;
+        this.sock.cork();
+        process.nextTick(() => {
+          this.corked = false;
+          this.sock.uncork();
+        });
+      }
       const last = chunks.length - 1;
       for (let i = 0; i < last; i++) this.sock.write(chunks[i]!);
       this.sock.write(last >= 0 ? chunks[last]! : new Uint8Array(0), (e?: Error | null) =>
@@ -65,7 +74,6 @@ class TcpConnection implements TransportConnection {
             )
           : resolve(),
       );
-      this.sock.uncork();
     });
   }
 
