@@ -7,7 +7,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import { ChannelNotViableError } from "../errors/index.js";
-import { getChannel, viableChannels } from "../channel/index.js";
+import { getChannel, registeredChannels, viableChannels } from "../channel/index.js";
 import type { Capabilities, ChannelAdvert, ChannelDeviceType, HostIdentity } from "../channel/interface.js";
 import { CAPABILITIES_VERSION } from "./negotiate.js";
 
@@ -82,8 +82,16 @@ export function localCapabilities(
 ): Capabilities {
   const host = hostIdentity();
   const channels: ChannelAdvert[] = [];
-  for (const ctx of viableChannels()) {
-    if (allowed && !allowed.includes(ctx.name)) continue;
+  // NB: filter by name before asking isViable(): probing a channel may load a library (UCX, CUDA)
+  const candidates = allowed ? registeredChannels().filter((c) => allowed.includes(c.name)) : registeredChannels();
+  for (const ctx of candidates) {
+    let viable = false;
+    try {
+      viable = ctx.isViable();
+    } catch {
+      viable = false;
+    }
+    if (!viable) continue;
     try {
       const ad = ctx.advertise(host, devices);
       if (ad) channels.push(ad);

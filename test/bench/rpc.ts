@@ -143,7 +143,8 @@ async function measureAsync(to: string, nbytes: number, quick: boolean): Promise
 let pipeLine = "";
 
 async function runTprpc(quick: boolean): Promise<Figures> {
-  const cluster = await startLocalWorkers({ workers: 1 });
+  // NB: the worker, too, offers (and so probes) only tcp
+  const cluster = await startLocalWorkers({ workers: 1, env: { TPRPC_CHANNELS: "tcp" } });
   try {
     // NB: issue 4's figures are over TCP: the master allows only the tcp channel, so the pipe picks it
     // even where shm/cma are viable (npm run bench:channels compares those).
