@@ -151,13 +151,17 @@ export interface ChannelBootstrap {
   send(msg: SetupValue): Promise<void>;
   /** The peer's messages, in order; one listener; messages that came before it was set are queued. */
   onMessage(cb: (msg: SetupValue) => void): void;
-  /** Called once when the pipe closes (error null after our own close). Channels must release everything then. */
+  /** Calls cb once when the pipe closes (error null after our own close); may be called more than once. Channels must release everything then. */
   onClose(cb: (error: Error | null) => void): void;
 }
 
 /** What `send` returns. */
 export interface ChannelSend {
-  /** Small (tens of bytes), goes inside the pipe's control frame; the peer passes it to `recv`. */
+  /**
+   * Goes inside the pipe's control frame; the peer passes it to `recv`. Small (tens of bytes),
+   * except that a channel may inline a small buffer's bytes here (tcp does up to 64 KiB; at most
+   * 1 MiB). The pipe holds it, unchanged, until its frame was written.
+   */
   readonly descriptor: Uint8Array;
   /** Resolves once the sender's buffer may be reused or freed; rejects when the transfer failed. */
   readonly done: Promise<void>;
