@@ -162,6 +162,31 @@ function wrapExecutor(mod: ExecutorModule): void {
 
 let executor: Executor | null = null;
 
+type ZmqSocketProto = { send(msg: unknown): Promise<void> };
+
+/**
+ * zeromq 6 allows one send in flight per socket and throws "Socket is busy writing" on a second;
+ * tslab sends without awaiting, so a cell that updates several displays quickly (a progress bar and a
+ * live chart) could fail. Every send of the kernel's publisher and routers goes through a per-socket queue.
+ */
+function serializeSends(zmq: Record<string, { prototype: ZmqSocketProto }>): void {
+  const queues = new WeakMap<object, Promise<void>>();
+  for (const kind of ["Publisher", "Router"]) {
+    const proto = zmq[kind]?.prototype;
+    if (!proto) continue;
+    const send = proto.send;
+    proto.send = function (this: ZmqSocketProto, msg: unknown): Promise<void> {
+      const next = (queues.get(this) ?? Promise.resolve()).then(() => send.call(this, msg));
+      // NB: a failed send must not wedge the queue; the caller still sees its own rejection.
+      queues.set(
+        this,
+        next.catch(() => undefined),
+      );
+      return next;
+    };
+  }
+}
+
 function wrapServer(mod: JupyterModule): void {
   const proto = mod.ZmqServer.prototype;
   proto.handleExecute = async function (this: ZmqServerProto, sock: unknown, msg: ZmqMsg): Promise<void> {
@@ -265,6 +290,7 @@ export function startKernel(configPath: string): void {
   const mainMod = require("tslab/dist/main.js") as MainModule;
   wrapExecutor(executorMod);
   wrapServer(jupyterMod);
+  serializeSends(createRequire(require.resolve("tslab/package.json"))("zeromq") as never);
   tprpc.display.setDisplaySink({
     display(bundle, opts) {
       const write = jupyterMod.lastWriteDisplayData;

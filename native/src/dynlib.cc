@@ -4,6 +4,7 @@
 #include "dynlib.h"
 
 #include <dlfcn.h>
+#include <cstdlib>
 #include <link.h>
 #include <napi.h>
 
@@ -142,6 +143,14 @@ void Load(Lib lib, Loaded& L) {
   const LibSpec& spec = kSpecs[static_cast<int>(lib)];
   LibStatus& s = L.status;
   std::string first_error;  // NB: the first soname is the preferred one, so its error says most
+  if (std::string(spec.name) == "ucx") {
+    // NB: libucm (loaded with libucp) patches malloc/mmap at load time to track memory for its
+    // registration cache; under V8 that was seen to crash a worker in the garbage collector. The
+    // host-memory transports used here do not need it. Read at load, so set before dlopen; a user's
+    // own setting wins (InfiniBand users may want the hooks back: UCX_MEM_MMAP_HOOK_MODE=bistro).
+    setenv("UCX_MEM_MALLOC_HOOKS", "no", 0);
+    setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 0);
+  }
   for (const char* soname : spec.sonames) {
     dlerror();
     void* h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
