@@ -175,15 +175,20 @@ function serializeSends(zmq: Record<string, { prototype: ZmqSocketProto }>): voi
     const proto = zmq[kind]?.prototype;
     if (!proto) continue;
     const send = proto.send;
-    proto.send = function (this: ZmqSocketProto, msg: unknown): Promise<void> {
-      const next = (queues.get(this) ?? Promise.resolve()).then(() => send.call(this, msg));
-      // NB: a failed send must not wedge the queue; the caller still sees its own rejection.
-      queues.set(
-        this,
-        next.catch(() => undefined),
-      );
-      return next;
-    };
+    // NB: zeromq defines send read-only on a parent prototype: shadow it with defineProperty.
+    Object.defineProperty(proto, "send", {
+      configurable: true,
+      writable: true,
+      value: function (this: ZmqSocketProto, msg: unknown): Promise<void> {
+        const next = (queues.get(this) ?? Promise.resolve()).then(() => send.call(this, msg));
+        // NB: a failed send must not wedge the queue; the caller still sees its own rejection.
+        queues.set(
+          this,
+          next.catch(() => undefined),
+        );
+        return next;
+      },
+    });
   }
 }
 
