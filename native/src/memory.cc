@@ -74,8 +74,9 @@ size_t LimitFromEnv() {
 
 class Pool {
  public:
-  // Returns a block of class ClassSize(bytes); throws (JS) on failure.
-  Block Acquire(Napi::Env env, size_t bytes, bool shared, bool prefault, bool zero) {
+  // Returns a block of class ClassSize(bytes); throws (JS) on failure. *mapped: the bytes newly mapped
+  // for it (0 when a cached block was reused).
+  Block Acquire(Napi::Env env, size_t bytes, bool shared, bool prefault, bool zero, size_t* mapped) {
     size_t cap = ClassSize(bytes);
     Kind kind = shared ? Kind::Shared : (cap < kHeapMax ? Kind::Heap : Kind::Map);
     Block b;
@@ -101,12 +102,13 @@ class Pool {
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (!reused) ++allocations_;
+    *mapped = reused ? 0 : b.capacity;
     live_[b.ptr] = b;
     live_bytes_ += b.capacity;
     return b;
   }
 
-  // Back to the free list, or unmapped when the cache is full. Returns the capacity.
+  // Back to the free list, or unmapped when the cache is full. Returns the bytes unmapped.
   size_t Release(void* ptr) {
     std::vector<Block> victims;
     size_t cap = 0;
@@ -127,8 +129,13 @@ class Pool {
         cached_bytes_ += b.capacity;
       }
     }
-    for (auto& v : victims) FreeBlock(v);
-    return cap;
+    size_t freed = 0;
+    for (auto& v : victims) {
+      freed += v.capacity;
+      FreeBlock(v);
+    }
+    (void)cap;
+    return freed;
   }
 
   size_t Trim(size_t keep) {
@@ -145,14 +152,14 @@ class Pool {
     return n;
   }
 
-  size_t SetLimit(size_t limit) {
+  size_t SetLimit(size_t limit, size_t* freed) {
     size_t old;
     {
       std::lock_guard<std::mutex> lock(mu_);
       old = limit_;
       limit_ = limit;
     }
-    Trim(limit);
+    *freed = Trim(limit);
     return old;
   }
 
@@ -258,9 +265,13 @@ bool OptBool(const Napi::Object& o, const char* key, bool dflt) {
   return v.IsUndefined() ? dflt : v.ToBoolean().Value();
 }
 
+// NB: V8 is told the pool's footprint (live + cached blocks), not each block's lifetime: a storage
+// recycled through the cache changes nothing, so a steady stream of received tensors (RPC) does not
+// look like ever-growing external memory and set off a mark-compact every few messages (~4 ms per
+// 4 MB round trip, measured). New mappings still count, so garbage storages still drive GCs.
 void Finalize(Napi::Env env, void* data) {
-  size_t cap = ThePool().Release(data);
-  if (cap != 0) Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(cap));
+  size_t freed = ThePool().Release(data);
+  if (freed != 0) Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(freed));
 }
 
 Napi::Value Alloc(const Napi::CallbackInfo& info) {
@@ -277,8 +288,9 @@ Napi::Value Alloc(const Napi::CallbackInfo& info) {
     zero = OptBool(o, "zero", true);
   }
   size_t bytes = static_cast<size_t>(n);
-  Block b = ThePool().Acquire(env, bytes, shared, prefault, zero);
-  Napi::MemoryManagement::AdjustExternalMemory(env, static_cast<int64_t>(b.capacity));
+  size_t mapped = 0;
+  Block b = ThePool().Acquire(env, bytes, shared, prefault, zero, &mapped);
+  if (mapped != 0) Napi::MemoryManagement::AdjustExternalMemory(env, static_cast<int64_t>(mapped));
   // NB: Node implements external ArrayBuffers with external Buffers, so the finalizer
   // runs on the JS thread, in a setImmediate after the GC that collected the buffer.
   return Napi::ArrayBuffer::New(env, b.ptr, bytes, Finalize);
@@ -296,14 +308,19 @@ void* DataOf(const Napi::Value& v, const char* fn) {
 Napi::Value PoolStats(const Napi::CallbackInfo& info) { return ThePool().Stats(info.Env()); }
 
 Napi::Value TrimPool(const Napi::CallbackInfo& info) {
-  return Napi::Number::New(info.Env(), static_cast<double>(ThePool().Trim(0)));
+  size_t freed = ThePool().Trim(0);
+  if (freed != 0) Napi::MemoryManagement::AdjustExternalMemory(info.Env(), -static_cast<int64_t>(freed));
+  return Napi::Number::New(info.Env(), static_cast<double>(freed));
 }
 
 Napi::Value SetPoolLimit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   double n = info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : -1;
   if (!(n >= 0) || n > kMaxBytes) throw Napi::RangeError::New(env, "setPoolLimit(bytes): bytes must be >= 0");
-  return Napi::Number::New(env, static_cast<double>(ThePool().SetLimit(static_cast<size_t>(n))));
+  size_t freed = 0;
+  size_t old = ThePool().SetLimit(static_cast<size_t>(n), &freed);
+  if (freed != 0) Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(freed));
+  return Napi::Number::New(env, static_cast<double>(old));
 }
 
 Napi::Value SharedMemory(const Napi::CallbackInfo& info) {
