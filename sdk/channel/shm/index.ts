@@ -28,105 +28,11 @@ import {
   type Channel,
   type ChannelAdvert,
   type ChannelBootstrap,
-  type ChannelBuffer,
   type ChannelContext,
-  type ChannelSend,
   type HostIdentity,
 } from "../interface.js";
-import {
-  channelError,
-  closedError,
-  Inbox,
-  Pending,
-  pipeClosedError,
-  RECORD,
-  INLINE_MAX,
-  inlineDescriptor,
-  takeInline,
-  sameHostDomain,
-} from "./pending.js";
-
-const DESCRIPTOR_BYTES = 17; // RECORD, then the fields
-
-function encode(id: number, length: number): Uint8Array {
-  const d = new Uint8Array(DESCRIPTOR_BYTES);
-  const v = new DataView(d.buffer);
-  d[0] = RECORD;
-  v.setFloat64(1, id, true);
-  v.setFloat64(9, length, true);
-  return d;
-}
-
-function decode(d: Uint8Array): { id: number; length: number } {
-  if (d.byteLength !== DESCRIPTOR_BYTES)
-    throw new ChannelNotViableError(
-      `shm channel: a descriptor of ${d.byteLength} bytes is not ours (expected ${DESCRIPTOR_BYTES})`,
-    );
-  const v = new DataView(d.buffer, d.byteOffset, d.byteLength);
-  return { id: v.getFloat64(1, true), length: v.getFloat64(9, true) };
-}
-
-class ShmChannel implements Channel {
-  readonly name = "shm";
-  private readonly pending = new Pending();
-  private nextId = 0;
-  private isClosed = false;
-
-  constructor(
-    private readonly conn: NativeShmChannel,
-    private readonly peer: string,
-  ) {}
-
-  send(buffer: ChannelBuffer): ChannelSend {
-    if (buffer.kind !== "cpu") {
-      const done = Promise.reject(
-        new ChannelNotViableError("shm channel: moves host memory only; a cuda buffer needs cuda_ipc or ucx"),
-      );
-      return { descriptor: new Uint8Array(0), done };
-    }
-    if (buffer.bytes.byteLength <= INLINE_MAX)
-      return { descriptor: inlineDescriptor(buffer.bytes), done: this.pending.track(Promise.resolve(), (e) => e) };
-    const id = this.nextId++;
-    const descriptor = encode(id, buffer.bytes.byteLength);
-    const done = this.pending.track(this.conn.send(id, buffer.bytes), (e) => channelError("shm", this.peer, e));
-    return { descriptor, done };
-  }
-
-  recv(descriptor: Uint8Array, into: ChannelBuffer): Promise<void> {
-    if (into.kind !== "cpu")
-      return Promise.reject(new ChannelNotViableError("shm channel: receives into host memory only"));
-    try {
-      if (takeInline(this.name, descriptor, into.bytes)) return this.pending.track(Promise.resolve(), (e) => e);
-    } catch (e) {
-      return Promise.reject(e);
-    }
-    let d: { id: number; length: number };
-    try {
-      d = decode(descriptor);
-    } catch (e) {
-      return Promise.reject(e);
-    }
-    if (d.length !== into.bytes.byteLength)
-      return Promise.reject(
-        new ChannelNotViableError(
-          `shm channel: transfer ${d.id} has ${d.length} bytes but the destination has ${into.bytes.byteLength}`,
-        ),
-      );
-    return this.pending.track(this.conn.recv(d.id, into.bytes), (e) => channelError("shm", this.peer, e));
-  }
-
-  close(error?: Error): void {
-    if (this.isClosed) return;
-    this.isClosed = true;
-    this.pending.failAll(error ?? closedError("shm", this.peer));
-    this.conn.close();
-    debug(2, "channel", `shm channel to ${this.peer} closed`);
-  }
-
-  get closed(): boolean {
-    return this.isClosed;
-  }
-}
+import { channelError, Inbox, pipeClosedError, INLINE_MAX, sameHostDomain } from "./pending.js";
+import { TaggedChannel } from "./tagged_channel.js";
 
 export class ShmChannelContext implements ChannelContext {
   readonly name = "shm";
@@ -175,7 +81,12 @@ export class ShmChannelContext implements ChannelContext {
         throw setupError(b, e);
       });
     }
-    const channel = new ShmChannel(conn, b.peerName);
+    const channel = new TaggedChannel(
+      "shm",
+      conn,
+      b.peerName,
+      "moves host memory only; a cuda buffer needs cuda_ipc or ucx",
+    );
     b.onClose((error) => channel.close(error ? pipeClosedError("shm", b.peerName, error) : undefined));
     debug(2, "channel", `shm channel to ${b.peerName} (pid ${peerPid}) up, rings of ${conn.ringBytes} bytes`);
     return channel;

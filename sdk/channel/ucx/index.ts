@@ -22,7 +22,7 @@
  * Priority: CHANNEL_PRIORITY.ucx for cpu-cpu (below shm/cma on one host).
  */
 import { ChannelNotViableError } from "../../errors/index.js";
-import { nativeChannels, type NativeUcxChannel } from "../../native/channels.js";
+import { nativeChannels } from "../../native/channels.js";
 import { debug } from "../../util/index.js";
 import { registerChannel } from "../index.js";
 import {
@@ -30,105 +30,14 @@ import {
   type Channel,
   type ChannelAdvert,
   type ChannelBootstrap,
-  type ChannelBuffer,
   type ChannelContext,
-  type ChannelSend,
 } from "../interface.js";
-import {
-  channelError,
-  closedError,
-  Inbox,
-  Pending,
-  pipeClosedError,
-  RECORD,
-  INLINE_MAX,
-  inlineDescriptor,
-  takeInline,
-} from "../shm/pending.js";
-
-const DESCRIPTOR_BYTES = 17; // RECORD, then the fields
-
-function encode(id: number, length: number): Uint8Array {
-  const d = new Uint8Array(DESCRIPTOR_BYTES);
-  const v = new DataView(d.buffer);
-  d[0] = RECORD;
-  v.setFloat64(1, id, true);
-  v.setFloat64(9, length, true);
-  return d;
-}
-
-function decode(d: Uint8Array): { id: number; length: number } {
-  if (d.byteLength !== DESCRIPTOR_BYTES)
-    throw new ChannelNotViableError(
-      `ucx channel: a descriptor of ${d.byteLength} bytes is not ours (expected ${DESCRIPTOR_BYTES})`,
-    );
-  const v = new DataView(d.buffer, d.byteOffset, d.byteLength);
-  return { id: v.getFloat64(1, true), length: v.getFloat64(9, true) };
-}
+import { channelError, Inbox, pipeClosedError, INLINE_MAX } from "../shm/pending.js";
+import { TaggedChannel } from "../shm/tagged_channel.js";
 
 /** The UCX transports tprpc asks for: TPRPC_UCX_TLS, else UCX's own UCX_TLS (or its default). */
 function tls(): string {
   return process.env.TPRPC_UCX_TLS ?? "";
-}
-
-class UcxChannel implements Channel {
-  readonly name = "ucx";
-  private readonly pending = new Pending();
-  private nextId = 0;
-  private isClosed = false;
-
-  constructor(
-    private readonly conn: NativeUcxChannel,
-    private readonly peer: string,
-  ) {}
-
-  send(buffer: ChannelBuffer): ChannelSend {
-    if (buffer.kind !== "cpu") {
-      const done = Promise.reject(new ChannelNotViableError("ucx channel: this build moves host memory only"));
-      return { descriptor: new Uint8Array(0), done };
-    }
-    if (buffer.bytes.byteLength <= INLINE_MAX)
-      return { descriptor: inlineDescriptor(buffer.bytes), done: this.pending.track(Promise.resolve(), (e) => e) };
-    const id = this.nextId++;
-    const descriptor = encode(id, buffer.bytes.byteLength);
-    const done = this.pending.track(this.conn.send(id, buffer.bytes), (e) => channelError("ucx", this.peer, e));
-    return { descriptor, done };
-  }
-
-  recv(descriptor: Uint8Array, into: ChannelBuffer): Promise<void> {
-    if (into.kind !== "cpu")
-      return Promise.reject(new ChannelNotViableError("ucx channel: receives into host memory only"));
-    try {
-      if (takeInline(this.name, descriptor, into.bytes)) return this.pending.track(Promise.resolve(), (e) => e);
-    } catch (e) {
-      return Promise.reject(e);
-    }
-    let d: { id: number; length: number };
-    try {
-      d = decode(descriptor);
-    } catch (e) {
-      return Promise.reject(e);
-    }
-    if (d.length !== into.bytes.byteLength)
-      return Promise.reject(
-        new ChannelNotViableError(
-          `ucx channel: transfer ${d.id} has ${d.length} bytes but the destination has ${into.bytes.byteLength}`,
-        ),
-      );
-    return this.pending.track(this.conn.recv(d.id, into.bytes), (e) => channelError("ucx", this.peer, e));
-  }
-
-  close(error?: Error): void {
-    if (this.isClosed) return;
-    this.isClosed = true;
-    this.pending.failAll(error ?? closedError("ucx", this.peer));
-    this.conn.close();
-    debug(2, "channel", `ucx channel to ${this.peer} closed`);
-  }
-
-  get closed(): boolean {
-    return this.isClosed;
-  }
 }
 
 export class UcxChannelContext implements ChannelContext {
@@ -182,7 +91,7 @@ export class UcxChannelContext implements ChannelContext {
       conn.close();
       throw channelError("ucx", b.peerName, e);
     }
-    const channel = new UcxChannel(conn, b.peerName);
+    const channel = new TaggedChannel("ucx", conn, b.peerName, "this build moves host memory only");
     b.onClose((error) => channel.close(error ? pipeClosedError("ucx", b.peerName, error) : undefined));
     debug(
       2,
