@@ -18,19 +18,24 @@
  *
  * Flags: --quick (fewer trials), --only shm,cma (configs by label prefix), --channel-level (1b instead of 1).
  */
-import { spawnSync } from "node:child_process";
-import fs from "node:fs";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
 import type { ChannelContext } from "../../sdk/channel/interface.js";
-import { Tensor, ones, rpc } from "../../sdk/index.js";
+import { rpc } from "../../sdk/index.js";
 import { startLocalWorkers } from "../../sdk/rpc/launcher.js";
 import { ChannelPeer, pattern } from "./channel_peer.js";
-
-const SIZES = [0, 4_000, 4_000_000, 40_000_000, 400_000_000];
-const ASYNC_SIZES = [0, 4_000];
-const IN_FLIGHT = 64;
-const ASYNC_CALLS = 4_000;
+import {
+  ASYNC_SIZES,
+  type Figures,
+  IN_FLIGHT,
+  type Plan,
+  SIZES,
+  callsPerSecond,
+  identity,
+  medianRoundTrip,
+  rpcAsyncRate,
+  rpcSyncRoundTrip,
+  runReference,
+  timeCell,
+} from "./rpc_common.js";
 
 interface Config {
   label: string;
@@ -46,37 +51,12 @@ const CONFIGS: Config[] = [
   { label: "tcp", channel: "tcp", env: {} },
 ];
 
-interface Figures {
-  sync: Map<number, number>;
-  async: Map<number, number>;
-}
-
-const now = (): number => Number(process.hrtime.bigint()) / 1e9;
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-}
-
 /** (warm-up calls, trials, calls per trial) for a payload size. */
-function plan(nbytes: number, quick: boolean): [number, number, number] {
+function plan(nbytes: number, quick: boolean): Plan {
   if (nbytes <= 4_000) return quick ? [100, 7, 50] : [300, 15, 100];
   if (nbytes <= 4_000_000) return quick ? [5, 5, 5] : [10, 10, 10];
   if (nbytes <= 40_000_000) return quick ? [2, 5, 1] : [3, 9, 1];
   return quick ? [1, 3, 1] : [2, 5, 1];
-}
-
-function repoRoot(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (;;) {
-    const pkg = path.join(dir, "package.json");
-    if (fs.existsSync(pkg) && (JSON.parse(fs.readFileSync(pkg, "utf8")) as { name?: string }).name === "tprpc")
-      return dir;
-    const up = path.dirname(dir);
-    if (up === dir) throw new Error("bench:channels: no tprpc package.json above " + dir);
-    dir = up;
-  }
 }
 
 /** The context a channel folder registers (sdk/channel/<name>/index.ts), or why there is none. */
@@ -104,139 +84,24 @@ async function measureSync(peer: ChannelPeer, nbytes: number, quick: boolean): P
     0
   )
     throw new Error(`the ${nbytes} B echo came back different`);
-  const [warm, trials, batch] = plan(nbytes, quick);
-  for (let i = 1; i < warm; i++) await peer.echo(x, into).back;
-  const per: number[] = [];
-  for (let t = 0; t < trials; t++) {
-    const t0 = now();
-    for (let i = 0; i < batch; i++) await peer.echo(x, into).back;
-    per.push((now() - t0) / batch);
-  }
-  return median(per);
+  return medianRoundTrip(() => peer.echo(x, into).back, plan(nbytes, quick));
 }
 
-async function measureAsync(peer: ChannelPeer, nbytes: number, quick: boolean): Promise<number> {
+function measureAsync(peer: ChannelPeer, nbytes: number, quick: boolean): Promise<number> {
   const x = pattern(nbytes, 3);
-  const run = async (): Promise<number> => {
-    let issued = 0;
-    const lane = async (): Promise<void> => {
-      while (issued < ASYNC_CALLS) {
-        issued++;
-        await peer.echo(x).back;
-      }
-    };
-    const t0 = now();
-    await Promise.all(Array.from({ length: IN_FLIGHT }, lane));
-    return ASYNC_CALLS / (now() - t0);
-  };
-  await run();
-  const rates: number[] = [];
-  for (let t = 0; t < (quick ? 3 : 5); t++) rates.push(await run());
-  return median(rates);
+  return callsPerSecond(() => peer.echo(x).back, quick);
 }
 
-async function measureChannel(cfg: Config, quick: boolean): Promise<Figures | string> {
-  const saved: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(cfg.env)) {
-    saved[k] = process.env[k];
-    process.env[k] = v;
-  }
-  let peer: ChannelPeer | undefined;
-  try {
-    const ctx = await loadContext(cfg.channel);
-    if (typeof ctx === "string") return ctx;
-    // NB: bounded: a context whose setup needs more than this harness gives (e.g. the pipe's own
-    // connections) must fail here, not hang the benchmark.
-    peer = await ChannelPeer.start(ctx, cfg.env, 20_000);
-    const figures: Figures = { sync: new Map(), async: new Map() };
-    for (const n of SIZES) {
-      figures.sync.set(n, await measureSync(peer, n, quick));
-      (globalThis as { gc?: () => void }).gc?.();
-    }
-    for (const n of ASYNC_SIZES) figures.async.set(n, await measureAsync(peer, n, quick));
-    if (peer.childErrors.length) return `the peer reported: ${peer.childErrors[0]}`;
-    return figures;
-  } catch (e) {
-    return `failed: ${e instanceof Error ? e.message : String(e)}`;
-  } finally {
-    await peer?.close();
-    for (const [k, v] of Object.entries(saved)) {
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-    }
-  }
-}
-
-const identity = (x: unknown): unknown => x;
-
-function payload(nbytes: number): number | Tensor {
-  return nbytes === 0 ? 1 : ones([nbytes / 4], { dtype: "float32" });
-}
-
-async function rpcSyncTime(to: string, nbytes: number, quick: boolean): Promise<number> {
-  const x = payload(nbytes);
-  const back = await rpc.rpcSync(to, identity, [x]);
-  if (x instanceof Tensor ? !(back instanceof Tensor) || back.numel() !== x.numel() : back !== x)
-    throw new Error(`identity returned something else for ${nbytes} B`);
-  const [warm, trials, batch] = plan(nbytes, quick);
-  for (let i = 1; i < warm; i++) await rpc.rpcSync(to, identity, [x]);
-  const per: number[] = [];
-  for (let t = 0; t < trials; t++) {
-    const t0 = now();
-    for (let i = 0; i < batch; i++) await rpc.rpcSync(to, identity, [x]);
-    per.push((now() - t0) / batch);
-  }
-  return median(per);
-}
-
-async function rpcAsyncRate(to: string, nbytes: number, quick: boolean): Promise<number> {
-  const x = payload(nbytes);
-  const run = async (): Promise<number> => {
-    let issued = 0;
-    const lane = async (): Promise<void> => {
-      while (issued < ASYNC_CALLS) {
-        issued++;
-        await rpc.rpcAsync(to, identity, [x]);
-      }
-    };
-    const t0 = now();
-    await Promise.all(Array.from({ length: IN_FLIGHT }, lane));
-    return ASYNC_CALLS / (now() - t0);
-  };
-  await run();
-  const rates: number[] = [];
-  for (let t = 0; t < (quick ? 3 : 5); t++) rates.push(await run());
-  return median(rates);
-}
-
-/** rpcSync / rpcAsync over a group whose pipes may use only `cfg.channel`. */
-async function measureRpc(cfg: Config, quick: boolean): Promise<Figures | string> {
-  const env: NodeJS.ProcessEnv = { ...cfg.env, TPRPC_CHANNELS: cfg.channel };
+/** Runs `fn` with `env` set in this process (workers it starts inherit it), then restores the old values. */
+async function withEnv<T>(env: NodeJS.ProcessEnv, fn: () => Promise<T>): Promise<T> {
   const saved: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(env)) {
     saved[k] = process.env[k];
     process.env[k] = v;
   }
-  const cluster = await startLocalWorkers({ workers: 1 });
   try {
-    await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 300_000, initTimeoutMs: 30_000 });
-    await rpc.rpcSync("worker1", identity, [1]);
-    const info = await rpc.pipeInfo("worker1");
-    if (info.channels["cpu-cpu"] !== cfg.channel)
-      return `the pipe chose ${String(info.channels["cpu-cpu"])} (missing: ${JSON.stringify(info.missing)})`;
-    const figures: Figures = { sync: new Map(), async: new Map() };
-    for (const n of SIZES) {
-      figures.sync.set(n, await rpcSyncTime("worker1", n, quick));
-      (globalThis as { gc?: () => void }).gc?.();
-    }
-    figures.async.set(0, await rpcAsyncRate("worker1", 0, quick));
-    await rpc.shutdown({ timeoutMs: 10_000 });
-    return figures;
-  } catch (e) {
-    return `failed: ${e instanceof Error ? e.message : String(e)}`;
+    return await fn();
   } finally {
-    await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
-    await cluster.close();
     for (const [k, v] of Object.entries(saved)) {
       if (v === undefined) delete process.env[k];
       else process.env[k] = v;
@@ -244,55 +109,61 @@ async function measureRpc(cfg: Config, quick: boolean): Promise<Figures | string
   }
 }
 
-function parseTime(v: string, unit: string): number {
-  return Number(v) * (unit === "us" ? 1e-6 : unit === "ms" ? 1e-3 : 1);
+function measureChannel(cfg: Config, quick: boolean): Promise<Figures | string> {
+  return withEnv(cfg.env, async () => {
+    let peer: ChannelPeer | undefined;
+    try {
+      const ctx = await loadContext(cfg.channel);
+      if (typeof ctx === "string") return ctx;
+      // NB: bounded: a context whose setup needs more than this harness gives (e.g. the pipe's own
+      // connections) must fail here, not hang the benchmark.
+      peer = await ChannelPeer.start(ctx, cfg.env, 20_000);
+      const figures: Figures = { sync: new Map(), async: new Map() };
+      for (const n of SIZES) {
+        figures.sync.set(n, await measureSync(peer, n, quick));
+        (globalThis as { gc?: () => void }).gc?.();
+      }
+      for (const n of ASYNC_SIZES) figures.async.set(n, await measureAsync(peer, n, quick));
+      if (peer.childErrors.length) return `the peer reported: ${peer.childErrors[0]}`;
+      return figures;
+    } catch (e) {
+      return `failed: ${e instanceof Error ? e.message : String(e)}`;
+    } finally {
+      await peer?.close();
+    }
+  });
 }
 
-/** Runs torch_rpc.py (or grpc_node.js) and parses its lines; a string says why it is unavailable. */
-function runReference(kind: "torch" | "grpc"): { figures: Figures; header: string } | string {
-  const dir = path.resolve(repoRoot(), "../shared/bench");
-  const script = path.join(dir, kind === "torch" ? "torch_rpc.py" : "grpc_node.js");
-  if (!fs.existsSync(script)) return `${script} not found beside the repository`;
-  let r;
-  if (kind === "torch") {
-    const python = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
-    r = spawnSync(python, [script, "--sizes", SIZES.join(","), "--ops-sizes", ""], {
-      encoding: "utf8",
-      timeout: 300_000,
-    });
-  } else {
-    const nodePath = [process.env.NODE_PATH, "/tmp/anchors-npm/node_modules"].filter(Boolean).join(":");
-    const found = nodePath.split(":").some((p) => fs.existsSync(path.join(p, "@grpc", "grpc-js")));
-    if (!found) return "@grpc/grpc-js is not installed (see ../shared/bench/README.md)";
-    r = spawnSync(process.execPath, [script, "--sizes", SIZES.join(",")], {
-      encoding: "utf8",
-      timeout: 300_000,
-      env: { ...process.env, NODE_PATH: nodePath },
-    });
-  }
-  if (r.error) return r.error.message;
-  if (r.status !== 0) return `exited ${r.status}: ${(r.stderr ?? "").trim().slice(-300)}`;
-  const figures: Figures = { sync: new Map(), async: new Map() };
-  let header = "";
-  for (const line of r.stdout.split("\n")) {
-    if (line.startsWith("# ")) header = line.slice(2);
-    const s = /^(?:rpc_sync identity|grpc-js unary echo)\s+([\d,]+) B\s+([\d.]+) (us|ms|s)\b/.exec(line);
-    if (s) figures.sync.set(Number(s[1]!.replace(/,/g, "")), parseTime(s[2]!, s[3]!));
-    const a = /^rpc_async identity, (\d+) in flight\s+([\d,]+) B\s+([\d.]+) calls\/s/.exec(line);
-    if (a && Number(a[1]) === IN_FLIGHT) figures.async.set(Number(a[2]!.replace(/,/g, "")), Number(a[3]));
-  }
-  if (figures.sync.size === 0) return `no result lines in its output: ${r.stdout.slice(0, 200)}`;
-  return { figures, header };
+/** rpcSync / rpcAsync over a group whose pipes may use only `cfg.channel`. */
+function measureRpc(cfg: Config, quick: boolean): Promise<Figures | string> {
+  return withEnv({ ...cfg.env, TPRPC_CHANNELS: cfg.channel }, async () => {
+    const cluster = await startLocalWorkers({ workers: 1 });
+    try {
+      await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 300_000, initTimeoutMs: 30_000 });
+      await rpc.rpcSync("worker1", identity, [1]);
+      const info = await rpc.pipeInfo("worker1");
+      if (info.channels["cpu-cpu"] !== cfg.channel)
+        return `the pipe chose ${String(info.channels["cpu-cpu"])} (missing: ${JSON.stringify(info.missing)})`;
+      const figures: Figures = { sync: new Map(), async: new Map() };
+      for (const n of SIZES) {
+        figures.sync.set(n, await rpcSyncRoundTrip("worker1", n, plan(n, quick)));
+        (globalThis as { gc?: () => void }).gc?.();
+      }
+      figures.async.set(0, await rpcAsyncRate("worker1", 0, quick));
+      await rpc.shutdown({ timeoutMs: 10_000 });
+      return figures;
+    } catch (e) {
+      return `failed: ${e instanceof Error ? e.message : String(e)}`;
+    } finally {
+      await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
+      await cluster.close();
+    }
+  });
 }
 
-const fmtTime = (s: number): string =>
-  s < 1e-3 ? `${(s * 1e6).toFixed(1)} us` : s < 1 ? `${(s * 1e3).toFixed(2)} ms` : `${s.toFixed(3)} s`;
 const fmtBytes = (n: number): string => (n >= 1e6 ? `${n / 1e6} MB` : n >= 1e3 ? `${n / 1e3} KB` : `${n} B`);
 
-function cell(s: number | undefined, nbytes: number): string {
-  if (s === undefined) return "-";
-  return nbytes >= 4_000_000 ? `${fmtTime(s)} (${((2 * nbytes) / s / 1e9).toFixed(1)} GB/s)` : fmtTime(s);
-}
+const cell = (s: number | undefined, nbytes: number): string => timeCell(s, nbytes, 1);
 
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);

@@ -1,0 +1,167 @@
+/**
+ * What the RPC benchmarks share (`npm run bench`'s RPC section in ./rpc.ts and
+ * `npm run bench:channels` in ./channels.ts): the sizes and in-flight count of
+ * the reference scripts in ../shared/bench, the timing method (warm-up, then
+ * trials of a batch; the median per call, as common.py), the rpcSync/rpcAsync
+ * identity measurements, and running + parsing the reference scripts
+ * (torch_rpc.py, grpc_node.js) so ratios come from the same invocation.
+ */
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { Tensor, ones, rpc } from "../../sdk/index.js";
+
+export const SIZES = [0, 4_000, 4_000_000, 40_000_000, 400_000_000];
+export const ASYNC_SIZES = [0, 4_000];
+export const IN_FLIGHT = 64;
+export const ASYNC_CALLS = 4_000;
+
+export interface Figures {
+  /** bytes -> median seconds per round trip */
+  sync: Map<number, number>;
+  /** bytes -> median calls/s with IN_FLIGHT in flight */
+  async: Map<number, number>;
+}
+
+/** (warm-up calls, trials, calls per trial) */
+export type Plan = [number, number, number];
+
+export const now = (): number => Number(process.hrtime.bigint()) / 1e9;
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+/**
+ * Median seconds per `call()`: warm-up, then `trials` timed batches. The caller has made (and
+ * checked) the first call already, so the warm-up makes `warm - 1` more.
+ */
+export async function medianRoundTrip(call: () => Promise<unknown>, [warm, trials, batch]: Plan): Promise<number> {
+  for (let i = 1; i < warm; i++) await call();
+  const perCall: number[] = [];
+  for (let t = 0; t < trials; t++) {
+    const t0 = now();
+    for (let i = 0; i < batch; i++) await call();
+    perCall.push((now() - t0) / batch);
+  }
+  return median(perCall);
+}
+
+/** Calls/s with IN_FLIGHT calls outstanding at all times (ASYNC_CALLS per trial); median over trials. */
+export async function callsPerSecond(call: () => Promise<unknown>, quick: boolean): Promise<number> {
+  const run = async (): Promise<number> => {
+    let issued = 0;
+    const lane = async (): Promise<void> => {
+      while (issued < ASYNC_CALLS) {
+        issued++;
+        await call();
+      }
+    };
+    const t0 = now();
+    await Promise.all(Array.from({ length: IN_FLIGHT }, lane));
+    return ASYNC_CALLS / (now() - t0);
+  };
+  await run(); // warm-up
+  const rates: number[] = [];
+  for (let t = 0; t < (quick ? 3 : 5); t++) rates.push(await run());
+  return median(rates);
+}
+
+/** The shipped target of every RPC measurement. */
+export const identity = (x: unknown): unknown => x;
+
+/** A number for 0 B (as torch_rpc.py), else a float32 tensor of `nbytes`. */
+export function payload(nbytes: number): number | Tensor {
+  return nbytes === 0 ? 1 : ones([nbytes / 4], { dtype: "float32" });
+}
+
+/** rpcSync identity round trips to `to`; throws if the value does not come back intact. */
+export async function rpcSyncRoundTrip(to: string, nbytes: number, plan: Plan): Promise<number> {
+  const x = payload(nbytes);
+  const back = await rpc.rpcSync(to, identity, [x]);
+  if (x instanceof Tensor) {
+    const y = back as Tensor;
+    if (!(y instanceof Tensor) || y.numel() !== x.numel() || y.dtype !== "float32")
+      throw new Error(`identity returned ${String(y)} for a ${nbytes} B tensor`);
+  } else if (back !== x) throw new Error(`identity returned ${String(back)} for ${String(x)}`);
+  return medianRoundTrip(() => rpc.rpcSync(to, identity, [x]), plan);
+}
+
+/** rpcAsync identity to `to`, IN_FLIGHT outstanding; calls/s. */
+export function rpcAsyncRate(to: string, nbytes: number, quick: boolean): Promise<number> {
+  const x = payload(nbytes);
+  return callsPerSecond(() => rpc.rpcAsync(to, identity, [x]), quick);
+}
+
+/** The repository root: the nearest directory above this file whose package.json is named "tprpc". */
+export function repoRoot(): string | undefined {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const pkg = path.join(dir, "package.json");
+    if (fs.existsSync(pkg) && (JSON.parse(fs.readFileSync(pkg, "utf8")) as { name?: string }).name === "tprpc")
+      return dir;
+    const up = path.dirname(dir);
+    if (up === dir) return undefined;
+    dir = up;
+  }
+}
+
+function parseTime(v: string, unit: string): number {
+  return Number(v) * (unit === "us" ? 1e-6 : unit === "ms" ? 1e-3 : 1);
+}
+
+/**
+ * Runs ../shared/bench/torch_rpc.py (under TPRPC_TORCH_PYTHON, default /usr/bin/python3) or
+ * grpc_node.js (when @grpc/grpc-js resolves from NODE_PATH or /tmp/anchors-npm) and parses its
+ * result lines; a string says why the reference is unavailable.
+ */
+export function runReference(kind: "torch" | "grpc"): { figures: Figures; header: string } | string {
+  const root = repoRoot();
+  const script = root && path.resolve(root, "../shared/bench", kind === "torch" ? "torch_rpc.py" : "grpc_node.js");
+  if (!script || !fs.existsSync(script))
+    return `../shared/bench/${kind === "torch" ? "torch_rpc.py" : "grpc_node.js"} not found beside the repository`;
+  let program: string;
+  let r;
+  if (kind === "torch") {
+    program = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
+    r = spawnSync(program, [script, "--sizes", SIZES.join(","), "--ops-sizes", ""], {
+      encoding: "utf8",
+      timeout: 300_000,
+    });
+  } else {
+    const nodePath = [process.env.NODE_PATH, "/tmp/anchors-npm/node_modules"].filter(Boolean).join(":");
+    const found = nodePath.split(":").some((p) => fs.existsSync(path.join(p, "@grpc", "grpc-js")));
+    if (!found) return "@grpc/grpc-js is not installed (see ../shared/bench/README.md)";
+    program = process.execPath;
+    r = spawnSync(program, [script, "--sizes", SIZES.join(",")], {
+      encoding: "utf8",
+      timeout: 300_000,
+      env: { ...process.env, NODE_PATH: nodePath },
+    });
+  }
+  if (r.error) return `${program}: ${r.error.message}`;
+  if (r.status !== 0) return `${program} exited ${r.status}: ${(r.stderr ?? "").trim().slice(-300)}`;
+  const figures: Figures = { sync: new Map(), async: new Map() };
+  let header = "";
+  for (const line of r.stdout.split("\n")) {
+    if (line.startsWith("# ")) header = line.slice(2);
+    const s = /^(?:rpc_sync identity|grpc-js unary echo)\s+([\d,]+) B\s+([\d.]+) (us|ms|s)\b/.exec(line);
+    if (s) figures.sync.set(Number(s[1]!.replace(/,/g, "")), parseTime(s[2]!, s[3]!));
+    const a = /^rpc_async identity, (\d+) in flight\s+([\d,]+) B\s+([\d.]+) calls\/s/.exec(line);
+    if (a && Number(a[1]) === IN_FLIGHT) figures.async.set(Number(a[2]!.replace(/,/g, "")), Number(a[3]));
+  }
+  if (figures.sync.size === 0) return `no result lines in ${path.basename(script)}'s output: ${r.stdout.slice(0, 200)}`;
+  return { figures, header };
+}
+
+export const fmtTime = (s: number): string =>
+  s < 1e-3 ? `${(s * 1e6).toFixed(1)} us` : s < 1 ? `${(s * 1e3).toFixed(2)} ms` : `${s.toFixed(3)} s`;
+
+/** A round-trip cell: the time, and GB/s (bytes both ways) from 4 MB up, with `digits` decimals. */
+export function timeCell(s: number | undefined, nbytes: number, digits: number): string {
+  if (s === undefined) return "-";
+  return nbytes >= 4_000_000 ? `${fmtTime(s)} (${((2 * nbytes) / s / 1e9).toFixed(digits)} GB/s)` : fmtTime(s);
+}
