@@ -6,7 +6,7 @@
  *    types the rpc layer registered) become extension values, and tensor bytes are
  *    appended to `buffers` — never copied into the payload.
  * 2. The header carries type, flags, id, the payload length and one descriptor per buffer.
- * Receiving (decodeMessage, or decodeFrame on what FrameReader emits):
+ * Receiving (decodeMessage, or decodeControl on a pipe's MESSAGE body):
  * 1. The header and buffer table are checked against the limits; the payload and
  *    buffers must have exactly the announced sizes.
  * 2. The payload is scanned before msgpackr sees it (./scan.ts: depth, extension
@@ -88,7 +88,7 @@ export interface DecodeOptions extends FrameLimits {
   user?: unknown;
 }
 
-/** A frame as FrameReader emits it: checked header, payload and buffers, not yet decoded. */
+/** A message whose header was parsed: checked header, payload and buffers, not yet decoded. */
 export interface Frame {
   header: FrameHeader;
   descriptors: BufferDescriptor[];
@@ -151,7 +151,7 @@ export function decodeMessage(
   return decodeFrame({ header: h, descriptors, payload, buffers: [...buffers] }, opts);
 }
 
-/** Decodes a frame whose header was already parsed (what FrameReader emits). */
+/** Decodes a message whose header was already parsed (decodeMessage and decodeControl end here). */
 export function decodeFrame(frame: Frame, opts: DecodeOptions = {}): DecodedMessage {
   const { header: h, descriptors, payload, buffers } = frame;
   if (payload.byteLength !== h.payloadBytes)

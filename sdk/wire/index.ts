@@ -2,8 +2,8 @@
  * The wire layer: how one RPC message becomes bytes and back. A message is a
  * fixed header (./header.ts), a msgpack payload with extension types for tensors,
  * errors and the rpc layer's own types (./registry.ts, ./tensor.ts, ./error.ts), and
- * tensor storages sent out of band. FrameReader (./reader.ts) cuts a byte stream into
- * frames; decodeFrame / decodeMessage treat every frame as hostile (./scan.ts).
+ * tensor storages sent out of band (the pipe layer frames them and moves the storages
+ * through channels); decodeControl / decodeMessage treat every message as hostile (./scan.ts).
  *
  * Two-line round trip:
  *   const m = encodeMessage({ type: MessageType.REQUEST, id: 7, payload: { args: [x, 1] } });
@@ -33,7 +33,6 @@ export {
   type DecodeOptions,
   type Frame,
 } from "./codec.js";
-export { FrameReader, type FrameReaderOptions } from "./reader.js";
 export {
   registerWireType,
   WIRE_EXT,
