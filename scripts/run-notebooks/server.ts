@@ -13,10 +13,10 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import fs from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { install } from "../../kernel-ext/kernelspec.js";
+import { freePort } from "../../sdk/rpc/launcher.js";
 
 export interface JupyterServer {
   baseUrl: string;
@@ -41,17 +41,6 @@ function findPython(): string {
     `no Python with jupyter_server found (tried ${candidates.join(", ")}): install it with ` +
       "`apt-get install python3-jupyter-server` (bash scripts/setup.sh does) or set TPRPC_JUPYTER_PYTHON",
   );
-}
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((resolve, reject) => {
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", resolve);
-  });
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
 }
 
 function exited(child: ChildProcess): Promise<void> {

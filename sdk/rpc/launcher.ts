@@ -171,6 +171,21 @@ function forwardLines(stream: NodeJS.ReadableStream, emit: (line: string) => voi
   });
 }
 
+/** The `tprpc worker` command line after node's own flags; worldSize undefined joins a dynamic group. */
+export function workerArgs(name: string, rank: number, worldSize: number | undefined, initMethod: string): string[] {
+  return [
+    workerScript(),
+    "worker",
+    "--name",
+    name,
+    "--rank",
+    String(rank),
+    ...(worldSize === undefined ? [] : ["--world-size", String(worldSize)]),
+    "--init-method",
+    initMethod,
+  ];
+}
+
 function startWorker(
   name: string,
   rank: number,
@@ -183,21 +198,7 @@ function startWorker(
   const out = stdio === "forward" ? "pipe" : stdio;
   const child = spawn(
     process.execPath,
-    [
-      ...(o.nodeArgs ?? []),
-      "--import",
-      WATCHDOG,
-      workerScript(),
-      "worker",
-      "--name",
-      name,
-      "--rank",
-      String(rank),
-      "--world-size",
-      String(worldSize),
-      "--init-method",
-      initMethod,
-    ],
+    [...(o.nodeArgs ?? []), "--import", WATCHDOG, ...workerArgs(name, rank, worldSize, initMethod)],
     // NB: not detached: the workers stay in our process group, where a notebook's SIGINT finds and
     // is ignored by them; stdin is the watchdog's pipe.
     { env, cwd: o.cwd, stdio: ["pipe", out, out], detached: false },

@@ -4,7 +4,7 @@
  * SDK from dist/ (built by test/global-setup.ts) and the TS backend.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { workerScript } from "../../sdk/rpc/launcher.js";
+import { workerArgs } from "../../sdk/rpc/launcher.js";
 
 export { freePort } from "../../sdk/rpc/launcher.js";
 
@@ -24,18 +24,7 @@ export function startWorker(
 ): ChildProcess {
   const child = spawn(
     process.execPath,
-    [
-      ...(opts.nodeArgs ?? []),
-      workerScript(),
-      "worker",
-      "--name",
-      name,
-      "--rank",
-      String(rank),
-      ...(worldSize === undefined ? [] : ["--world-size", String(worldSize)]),
-      "--init-method",
-      `tcp://127.0.0.1:${port}`,
-    ],
+    [...(opts.nodeArgs ?? []), ...workerArgs(name, rank, worldSize, `tcp://127.0.0.1:${port}`)],
     { env: { ...process.env, TPRPC_SECRET: opts.secret, TPRPC_NATIVE: "0" }, stdio: ["ignore", "inherit", "pipe"] },
   );
   child.stderr!.on("data", (d: Buffer) => process.stderr.write(`[${name}] ${d}`));
