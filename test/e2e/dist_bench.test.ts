@@ -19,6 +19,7 @@ import { type Cluster, startGroup, stopGroup } from "../dist_autograd/group.js";
 import { gen } from "../dist_autograd/models.js";
 
 const enabled = process.env.TPRPC_DIST_BENCH === "1";
+if (!enabled) console.warn("[test/e2e/dist_bench] skipped: a benchmark, opt-in with TPRPC_DIST_BENCH=1");
 const STEPS = Number(process.env.TPRPC_DIST_BENCH_STEPS ?? 5);
 const PYTHON = "/usr/bin/python3";
 

@@ -9,6 +9,8 @@ import { DeviceError, cuda, manualSeed, randn, tensor, zeros } from "../../sdk/i
 import { cudaDevices } from "../../sdk/native/gpu.js";
 
 const n = cuda.isAvailable() ? cuda.deviceCount() : 0;
+if (n === 0)
+  console.warn("[test/tensor/device_cuda] skipped: no usable CUDA device here (issue 9 part B runs it on a GPU)");
 
 describe.skipIf(n === 0)("CUDA tensors on this machine's GPUs", () => {
   it("lists the devices the driver reports", () => {
