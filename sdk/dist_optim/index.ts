@@ -19,6 +19,11 @@
  *    context: each parameter's `.grad` is swapped for the context's gradient
  *    for the step and restored afterwards (so `.grad` is never touched).
  *    Steps on one worker's optimizer run one after another, in arrival order.
+ * 3. setLr(lr): every owner sets the lr of all its optimizer's param groups
+ *    (`__tprpcDistOptimSetLr`), queued behind its earlier steps. torch's
+ *    DistributedOptimizer has no scheduler; this is how a schedule (warmup,
+ *    cosine decay) reaches the remote optimizers: `await opt.setLr(lrAt(i))`
+ *    before each step.
  */
 import { ValueError } from "../errors/index.js";
 import { findContext } from "../dist_autograd/context.js";
@@ -29,6 +34,7 @@ import { Tensor } from "../tensor/tensor.js";
 
 const CREATE = "__tprpcDistOptimCreate";
 const STEP = "__tprpcDistOptimStep";
+const SET_LR = "__tprpcDistOptimSetLr";
 
 /** An optimizer class as DistributedOptimizer takes it (tprpc's optim classes fit). */
 export type DistOptimizerClass<O extends object> = new (params: Tensor[], options?: Partial<O>) => Optimizer<O>;
@@ -74,6 +80,19 @@ class LocalOptimizer {
     return run;
   }
 
+  /** Sets every param group's lr; queued behind earlier steps. */
+  setLr(lr: number): Promise<void> {
+    const run = this.queue.then(() => {
+      for (const g of this.opt.paramGroups as { lr?: number }[]) {
+        if (typeof g.lr !== "number")
+          throw new ValueError("DistributedOptimizer.setLr: this optimizer's param groups have no lr to set");
+        g.lr = lr;
+      }
+    });
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
   private stepNow(ctxId: number): void {
     // NB: a context this worker never joined means none of its parameters got a gradient: nothing to do
     const grads = findContext(ctxId)?.grads ?? new Map<Tensor, Tensor>();
@@ -99,8 +118,14 @@ async function stepLocal(r: RRef<LocalOptimizer>, ctxId: number): Promise<null> 
   return null;
 }
 
+async function setLrLocal(r: RRef<LocalOptimizer>, lr: number): Promise<null> {
+  await (await r.toHere()).setLr(lr);
+  return null;
+}
+
 register(CREATE, createLocal);
 register(STEP, stepLocal);
+register(SET_LR, setLrLocal);
 
 export class DistributedOptimizer<O extends object = Record<string, unknown>> {
   private readonly remotes: { owner: string; rref: RRef<LocalOptimizer> }[] = [];
@@ -128,5 +153,15 @@ export class DistributedOptimizer<O extends object = Record<string, unknown>> {
     if (typeof ctxId !== "number" || !Number.isSafeInteger(ctxId))
       throw new ValueError(`DistributedOptimizer.step(ctxId): ctxId must be a context id, got ${String(ctxId)}`);
     await Promise.all(this.remotes.map((r) => rpcAsync(r.owner, STEP, [r.rref, ctxId])));
+  }
+
+  /**
+   * Sets the learning rate of every param group on every owner, for the steps
+   * that follow (a schedule: call it before each step with that step's lr).
+   */
+  async setLr(lr: number): Promise<void> {
+    if (typeof lr !== "number" || !Number.isFinite(lr) || lr < 0)
+      throw new ValueError(`DistributedOptimizer.setLr(lr): lr must be a finite number >= 0, got ${String(lr)}`);
+    await Promise.all(this.remotes.map((r) => rpcAsync(r.owner, SET_LR, [r.rref, lr])));
   }
 }

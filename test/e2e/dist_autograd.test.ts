@@ -134,6 +134,33 @@ describe("distributed autograd across 3 processes", () => {
     expect(p.grad).toBeNull();
   });
 
+  it("setLr changes the learning rate of the following steps on every owner", async () => {
+    const p = gen(11, [3], 1.0, true);
+    const q0 = gen(12, [3], 1.0);
+    await rpc.rpcSync("worker1", "dist.setLeaf", ["q", q0]);
+    const qref = await rpc.rpcSync<rpc.RRef<Tensor>>("worker1", "dist.leafRRef", ["q"]);
+    const opt = new DistributedOptimizer(optim.SGD, [new rpc.RRef(p), qref], { lr: 0.5 });
+    const before = p.toArray();
+    // loss = sum(p * p) + sum(q): gradients 2p on the master and 1 on worker1
+    const stepOnce = () =>
+      distAutograd.context(async (ctxId) => {
+        const q = await qref.toHere();
+        await distAutograd.backward(ctxId, [p.mul(p).sum().add(q.sum())]);
+        await opt.step(ctxId);
+      });
+    await opt.setLr(0.1);
+    await stepOnce();
+    expectClose(
+      p.toArray(),
+      before.map((v) => v - 0.1 * 2 * v),
+    );
+    expectClose(
+      await rpc.rpcSync<number[]>("worker1", "dist.leafValue", ["q"]),
+      q0.toArray().map((v) => v - 0.1),
+    );
+    await expect(opt.setLr(Number.NaN)).rejects.toThrow(/finite number >= 0/);
+  });
+
   it("keeps 8 concurrent contexts apart and serializes their optimizer steps on the owner (no lost update)", async () => {
     const p0 = gen(9, [4], 1.0);
     await rpc.rpcSync("worker1", "dist.setLeaf", ["p", p0]);
