@@ -111,6 +111,35 @@ export interface NativeBinding {
     mean?: NativeView | null,
     rstd?: NativeView | null,
   ): void;
+  /** layerNorm's backward over [rows, D]; null outputs are skipped (contract: native/src/kernels/fused.cc). */
+  layerNormBackward(
+    g: NativeView,
+    x: NativeView,
+    mean: NativeView,
+    rstd: NativeView,
+    weight: NativeView | null,
+    gx: NativeView | null,
+    gw: NativeView | null,
+    gb: NativeView | null,
+  ): void;
+  /** One Adam/AdamW step in place (the scalars of sdk/tensor/backend/interface.ts's AdamStepArgs, in order). */
+  adamStep(
+    p: NativeView,
+    grad: NativeView,
+    expAvg: NativeView,
+    expAvgSq: NativeView,
+    maxExpAvgSq: NativeView | null,
+    decay: number,
+    l2: number,
+    beta1: number,
+    oneMinusBeta1: number,
+    beta2: number,
+    oneMinusBeta2: number,
+    bc2Sqrt: number,
+    eps: number,
+    negStepSize: number,
+    maximize: boolean,
+  ): void;
   indexSelect(x: NativeView, dim: number, index: NativeView, out: NativeView): void;
   gather(x: NativeView, dim: number, index: NativeView, out: NativeView): void;
   scatterAdd(dst: NativeView, dim: number, index: NativeView, src: NativeView): void;
@@ -137,7 +166,7 @@ export interface NativeBinding {
   poolStats(): NativePoolStats;
   /** Frees every cached block; returns the bytes released. */
   trimPool(): number;
-  /** Bounds the cache (default 256 MiB or TPRPC_POOL_BYTES); returns the previous bound. */
+  /** Bounds the cache (default 1/16 of RAM within 256 MiB–2 GiB, or TPRPC_POOL_BYTES); returns the previous bound. */
   setPoolLimit(bytes: number): number;
   /** The memfd of a shared storage from `alloc(n, { shared: true })`, else null. */
   sharedMemory(buffer: ArrayBuffer | ArrayBufferView): NativeSharedMemory | null;
@@ -161,6 +190,8 @@ export const NATIVE_FUNCTIONS = [
   "matmul",
   "softmax",
   "layerNorm",
+  "layerNormBackward",
+  "adamStep",
   "indexSelect",
   "gather",
   "scatterAdd",

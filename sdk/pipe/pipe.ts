@@ -86,15 +86,21 @@ export interface PipeInfo {
 }
 
 const native = loadNative();
+/** Received buffers above this many bytes come from the addon's pool (env TPRPC_POOL_MIN_BYTES). */
+const POOL_MIN_BYTES = Number(process.env.TPRPC_POOL_MIN_BYTES ?? 32 << 20);
 
 function defaultAllocate(n: number, device: DeviceRef): ChannelBuffer {
   if (device.type !== "cpu")
     throw new ChannelNotViableError(`this pipe cannot receive into ${device.type}:${device.index} (no allocator)`);
   if (n < 65536) return { kind: "cpu", bytes: new Uint8Array(n) };
-  // NB: every byte is overwritten, so skip zeroing. The addon's pool hands back warm memory freed by
-  // collected tensors (and huge pages for large blocks): fresh 4 KiB pages fault at ~1.6 GB/s, which
-  // would cap large transfers. An ArrayBuffer of its own at offset 0 lets tensors view it.
-  const ab = native ? native.alloc(n, { zero: false }) : Buffer.allocUnsafeSlow(n).buffer;
+  // NB: every byte is overwritten, so skip zeroing. Up to POOL_MIN_BYTES, V8's own allocator: a dead
+  // receive buffer is then freed by the next scavenge, and glibc hands the same warm memory back (its
+  // mmap threshold rises to 32 MiB after the first free). The addon's pool frees a block only after a
+  // full mark-compact runs its finalizer, which made every few 4 MB messages cost one (measured: 3–4 ms
+  // of a 7 ms round trip). Larger buffers come from the pool: warm (huge pages, no 1.6 GB/s faulting)
+  // where V8's would be a fresh mapping each time, and the GC is cheap beside the transfer.
+  // An ArrayBuffer of its own at offset 0 lets tensors view it.
+  const ab = native && n > POOL_MIN_BYTES ? native.alloc(n, { zero: false }) : Buffer.allocUnsafeSlow(n).buffer;
   return { kind: "cpu", bytes: new Uint8Array(ab, 0, n) };
 }
 
