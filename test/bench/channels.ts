@@ -12,8 +12,8 @@
  * 1b. The channel alone (--channel-level): test/bench/channel_peer.ts echoes N bytes through the
  *    channel with a real peer process, descriptors over the child's stdio instead of a pipe.
  * 2. torch: ../shared/bench/torch_rpc.py under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides),
- *    ~50 s; --no-torch skips it. grpc-js: ../shared/bench/grpc_node.js when @grpc/grpc-js
- *    resolves from NODE_PATH or /tmp/anchors-npm; --no-grpc skips it.
+ *    ~50 s; --no-torch skips it. grpc-js: ../shared/bench/grpc_node.js with the devDependency
+ *    @grpc/grpc-js (or one on NODE_PATH or in /tmp/anchors-npm), ~1 min; --no-grpc skips it.
  * 3. Ratios: torch time / channel time, so > 1 means the channel is faster.
  *
  * Flags: --quick (fewer trials), --only shm,cma (configs by label prefix), --channel-level (1b instead of 1).

@@ -115,7 +115,7 @@ function parseTime(v: string, unit: string): number {
 
 /**
  * Runs ../shared/bench/torch_rpc.py (under TPRPC_TORCH_PYTHON, default /usr/bin/python3) or
- * grpc_node.js (when @grpc/grpc-js resolves from NODE_PATH or /tmp/anchors-npm) and parses its
+ * grpc_node.js (with the devDependency @grpc/grpc-js, or one on NODE_PATH or in /tmp/anchors-npm) and parses its
  * result lines; a string says why the reference is unavailable.
  */
 export function runReference(kind: "torch" | "grpc"): { figures: Figures; header: string } | string {
@@ -132,7 +132,10 @@ export function runReference(kind: "torch" | "grpc"): { figures: Figures; header
       timeout: 300_000,
     });
   } else {
-    const nodePath = [process.env.NODE_PATH, "/tmp/anchors-npm/node_modules"].filter(Boolean).join(":");
+    // NB: @grpc/grpc-js is a devDependency; NODE_PATH and /tmp/anchors-npm are for a checkout without it.
+    const nodePath = [path.join(root, "node_modules"), process.env.NODE_PATH, "/tmp/anchors-npm/node_modules"]
+      .filter(Boolean)
+      .join(":");
     const found = nodePath.split(":").some((p) => fs.existsSync(path.join(p, "@grpc", "grpc-js")));
     if (!found) return "@grpc/grpc-js is not installed (see ../shared/bench/README.md)";
     program = process.execPath;
