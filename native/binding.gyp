@@ -22,6 +22,7 @@
         "src/kernels/softmax.cc",
         "src/kernels/indexing.cc",
         "src/kernels/copy.cc",
+        "src/kernels/fused.cc",
         "src/channels/common.cc",
         "src/channels/shm.cc",
         "src/channels/cma.cc",

@@ -50,6 +50,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   tprpc::RegisterSoftmax(env, exports);
   tprpc::RegisterIndexing(env, exports);
   tprpc::RegisterCopy(env, exports);
+  tprpc::RegisterFused(env, exports);
   tprpc::RegisterChannels(env, exports);
   tprpc::RegisterGpu(env, exports);
   return exports;

@@ -9,10 +9,11 @@
  *   denom = sqrt(amsgrad ? vmax = max(vmax, v) : v) / sqrt(1 - beta2^t) + eps
  *   p -= stepSize * m / denom
  *
- * `adamUpdate` (everything after weight decay) is shared with AdamW.
+ * `adamStep` (sdk/tensor/backend's fused kernel, or the same ops as tensor ops) is shared with AdamW.
  *
  *   const opt = new optim.Adam(params, { lr: 1e-3 });
  */
+import { getBackend } from "../tensor/backend/registry.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { Optimizer, type ParamGroup, type ParamState, type ParamsInput, nextStep, stateBuffer } from "./optimizer.js";
 import { checkBetas, checkFlag, checkNonNegative } from "./validate.js";
@@ -36,18 +37,73 @@ export function checkAdamOptions(h: Partial<AdamOptions>): void {
   checkFlag(h.maximize, "maximize");
 }
 
+/** How the weight decay enters one step: AdamW's decoupled decay of p, or Adam's L2 term in g. */
+export interface AdamDecay {
+  /** AdamW: p *= 1 - lr * weightDecay before the update (torch 1.13 does this even for 0). */
+  decoupled: boolean;
+  weightDecay: number;
+  maximize: boolean;
+}
+
 /**
- * One Adam step for `p` given its (already weight-decayed) gradient. The state
- * (step, expAvg, expAvgSq, maxExpAvgSq with amsgrad) starts at zero on first use, as torch's.
+ * One Adam/AdamW step for `p` with gradient `grad` (p.grad): weight decay, then the update. The
+ * state (step, expAvg, expAvgSq, maxExpAvgSq with amsgrad) starts at zero on first use, as torch's.
+ *
+ * 1. When p, grad and the state are contiguous float32/float64 CPU tensors of one dtype (the
+ *    usual case), the backend's fused adamStep does it in one pass (one native loop).
+ * 2. Otherwise the same arithmetic runs as a chain of tensor ops (adamUpdate). Both give the
+ *    same numbers: each line of the fused kernel is one op of the chain, rounded the same way.
+ */
+export function adamStep(
+  p: Tensor,
+  grad: Tensor,
+  state: ParamState,
+  h: Pick<AdamOptions, "lr" | "betas" | "eps" | "amsgrad">,
+  decay: AdamDecay,
+): void {
+  const step = nextStep(state);
+  const expAvg = stateBuffer(state, "expAvg", p);
+  const expAvgSq = stateBuffer(state, "expAvgSq", p);
+  const maxExpAvgSq = h.amsgrad ? stateBuffer(state, "maxExpAvgSq", p) : null;
+  const bufs = [p, grad, expAvg, expAvgSq, ...(maxExpAvgSq ? [maxExpAvgSq] : [])];
+  const fusable =
+    (p.dtype === "float32" || p.dtype === "float64") &&
+    bufs.every((t) => t.dtype === p.dtype && t.device.type === "cpu" && t.isContiguous() && t.numel() === p.numel());
+  if (!fusable) {
+    const g = decay.maximize ? grad.neg() : grad;
+    if (decay.decoupled) p.mul_(1 - h.lr * decay.weightDecay);
+    adamUpdate(p, !decay.decoupled && decay.weightDecay !== 0 ? g.add(p, decay.weightDecay) : g, state, h, step);
+    return;
+  }
+  const [beta1, beta2] = h.betas;
+  getBackend().adamStep(p, grad, expAvg, expAvgSq, maxExpAvgSq, {
+    decay: decay.decoupled ? 1 - h.lr * decay.weightDecay : 1,
+    l2: decay.decoupled ? 0 : decay.weightDecay,
+    beta1,
+    oneMinusBeta1: 1 - beta1,
+    beta2,
+    oneMinusBeta2: 1 - beta2,
+    bc2Sqrt: Math.sqrt(1 - beta2 ** step),
+    eps: h.eps,
+    negStepSize: -(h.lr / (1 - beta1 ** step)),
+    maximize: decay.maximize,
+  });
+  // NB: in-place writes bump the version counters, as the tensor ops' would (autograd's saved-tensor checks).
+  for (const t of [p, expAvg, expAvgSq, maxExpAvgSq]) if (t) t.storage.version++;
+}
+
+/**
+ * The Adam update as tensor ops, for `p` given its (already weight-decayed) gradient, at step
+ * `step` (already counted): the reference the fused kernel follows.
  */
 export function adamUpdate(
   p: Tensor,
   grad: Tensor,
   state: ParamState,
   h: Pick<AdamOptions, "lr" | "betas" | "eps" | "amsgrad">,
+  step: number,
 ): void {
   const [beta1, beta2] = h.betas;
-  const step = nextStep(state);
   const expAvg = stateBuffer(state, "expAvg", p);
   const expAvgSq = stateBuffer(state, "expAvgSq", p);
   expAvg.mul_(beta1).add_(grad, 1 - beta1);
@@ -93,10 +149,11 @@ export class Adam extends Optimizer<AdamOptions> {
     for (const group of this.paramGroups) {
       for (const p of group.params) {
         if (p.grad === null) continue;
-        const state = this.stateOf(p);
-        let grad = group.maximize ? p.grad.neg() : p.grad;
-        if (group.weightDecay !== 0) grad = grad.add(p, group.weightDecay);
-        adamUpdate(p, grad, state, group);
+        adamStep(p, p.grad, this.stateOf(p), group, {
+          decoupled: false,
+          weightDecay: group.weightDecay,
+          maximize: group.maximize,
+        });
       }
     }
   }

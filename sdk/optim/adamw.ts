@@ -7,7 +7,7 @@
  *   const opt = new optim.AdamW(params, { lr: 3e-4, weightDecay: 0.1 });
  */
 import { Optimizer, type ParamGroup, type ParamsInput } from "./optimizer.js";
-import { type AdamOptions, adamDefaults, adamUpdate, checkAdamOptions } from "./adam.js";
+import { type AdamOptions, adamDefaults, adamStep, checkAdamOptions } from "./adam.js";
 
 export type AdamWOptions = AdamOptions;
 
@@ -24,11 +24,12 @@ export class AdamW extends Optimizer<AdamWOptions> {
     for (const group of this.paramGroups) {
       for (const p of group.params) {
         if (p.grad === null) continue;
-        const state = this.stateOf(p);
-        const grad = group.maximize ? p.grad.neg() : p.grad;
         // NB: torch 1.13 decays even when weightDecay is 0 (a multiply by exactly 1).
-        p.mul_(1 - group.lr * group.weightDecay);
-        adamUpdate(p, grad, state, group);
+        adamStep(p, p.grad, this.stateOf(p), group, {
+          decoupled: true,
+          weightDecay: group.weightDecay,
+          maximize: group.maximize,
+        });
       }
     }
   }

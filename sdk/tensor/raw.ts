@@ -9,16 +9,7 @@ import { arraysEqual } from "../util/index.js";
 import { getBackend } from "./backend/registry.js";
 import { type BinaryOp, COMPARISON_OPS, type ReduceOp, type UnaryOp } from "./backend/interface.js";
 import { type DType, category, getDefaultDType, isFloating, promoteTypes, scalarDType } from "./dtype.js";
-import {
-  broadcastShapes,
-  contiguousStrides,
-  expandStrides,
-  numelOf,
-  normDim,
-  type Shape,
-  shapeStr,
-  viewStrides,
-} from "./shape.js";
+import { broadcastShapes, contiguousStrides, expandStrides, numelOf, normDim, type Shape, shapeStr } from "./shape.js";
 import { Storage } from "./storage.js";
 import { Tensor } from "./tensor.js";
 
@@ -205,24 +196,26 @@ export function matmul(a: Tensor, b: Tensor): Tensor {
         `tensor shapes ${shapeStr(a.shape)} and ${shapeStr(b.shape)}`,
     );
   const batch = broadcastShapes(a2.shape.slice(0, -2), b2.shape.slice(0, -2));
-  const B = batch.reduce((p, d) => p * d, 1);
-  const a3 = flattenBatch(expandTo(a2, [...batch, m, k]), B);
-  const b3 = flattenBatch(expandTo(b2, [...batch, k, n]), B);
-  const out = output([B, m, n], a.dtype);
+  // NB: batch dims go to the kernel as they are (any strides), so head-split views are not copied.
+  const lead = batch.length === 0 ? [1] : batch;
+  const a3 = expandTo(withLead(a2, lead.length + 2), [...lead, m, k]);
+  const b3 = expandTo(withLead(b2, lead.length + 2), [...lead, k, n]);
+  const out = output([...lead, m, n], a.dtype);
   getBackend().matmul(a3, b3, out);
   const shape = [...batch, ...(a.ndim === 1 ? [] : [m]), ...(b.ndim === 1 ? [] : [n])];
   return new Tensor(out.storage, shape, contiguousStrides(shape), 0);
 }
 
-/** Views [...batch, r, c] as [B, r, c]; copies when the batch dims can't merge. */
-function flattenBatch(t: Tensor, B: number): Tensor {
-  const r = t.ndim;
-  const inner = [t.strides[r - 2]!, t.strides[r - 1]!];
-  const rc = [t.shape[r - 2]!, t.shape[r - 1]!];
-  const merged = viewStrides(t.shape.slice(0, -2), t.strides.slice(0, -2), [B]);
-  if (merged) return asStrided(t, [B, ...rc], [merged[0]!, ...inner], t.offset);
-  const c = copyAs(t);
-  return new Tensor(c.storage, [B, ...rc], [rc[0]! * rc[1]!, rc[1]!, 1], 0);
+/** `t` with size-1 dims added in front up to rank `r`. */
+function withLead(t: Tensor, r: number): Tensor {
+  if (t.ndim >= r) return t;
+  const k = r - t.ndim;
+  return asStrided(
+    t,
+    [...new Array<number>(k).fill(1), ...t.shape],
+    [...new Array<number>(k).fill(0), ...t.strides],
+    t.offset,
+  );
 }
 
 export function softmax(x: Tensor, dim: number, log: boolean): Tensor {

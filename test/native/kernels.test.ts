@@ -467,6 +467,47 @@ describe.skipIf(skip !== null)("native kernels: matmul, softmax, layerNorm", () 
     ).toThrow(TypeError);
   });
 
+  it("matmul with 4-D operands: head-split batch dims that do not merge, and broadcast batch dims", () => {
+    /** t [..., 1, ...] broadcast to `shape` (stride 0), as the op layer's expand. */
+    const expand = (t: Tensor, shape: number[]) =>
+      strided(
+        t,
+        shape,
+        t.shape.map((d, i) => (d === 1 && shape[i] !== 1 ? 0 : t.strides[i]!)),
+      );
+    for (const dtype of ["float32", "float64"] as const) {
+      // q, k as attention splits them: [B, T, 3C] viewed as [B, heads, T, hs] (strides [T*3C, hs, 3C, 1])
+      const [B, H, T, hs] = [3, 4, 5, 6];
+      const qkv = rand([B, T, 3 * H * hs], dtype, 95);
+      const C3 = 3 * H * hs;
+      const q = strided(qkv, [B, H, T, hs], [T * C3, hs, C3, 1], 0);
+      const kT = strided(qkv, [B, H, hs, T], [T * C3, hs, 1, C3], H * hs);
+      const v = strided(qkv, [B, H, T, hs], [T * C3, hs, C3, 1], 2 * H * hs);
+      const cases: [Tensor, Tensor, number[]][] = [
+        [q, kT, [B, H, T, T]],
+        [rand([B, H, T, T], dtype, 96), v, [B, H, T, hs]],
+        [strided(rand([H, T, hs], dtype, 97), [B, H, T, hs], [0, T * hs, hs, 1]), kT, [B, H, T, T]], // broadcast B
+        [
+          expand(rand([1, H, T, hs], dtype, 98), [B, H, T, hs]),
+          expand(rand([B, 1, hs, 2], dtype, 99), [B, H, hs, 2]),
+          [B, H, T, 2],
+        ],
+        [
+          strided(rand([B, 2 * T, hs], dtype, 89), [B, 2, T, hs], [2 * T * hs, hs, 2 * hs, 1]),
+          rand([B, 2, hs, T], dtype, 88),
+          [B, 2, T, T],
+        ],
+      ];
+      for (const [a, b, shape] of cases) {
+        const got = Tensor.empty(shape, dtype);
+        const want = Tensor.empty(shape, dtype);
+        n.matmul(view(a), view(b), view(got));
+        ref.matmul(a, b, want);
+        expect(maxErr(got, want, hs)).toBeLessThan(dtype === "float32" ? 1e-6 : 1e-14);
+      }
+    }
+  });
+
   for (const dtype of ["float32", "float64"] as const) {
     it(`softmax and logSoftmax along any dim and layout, with -inf and NaN rows (${dtype})`, () => {
       const x = rand([4, 6, 37], dtype, 100, -20, 20);
@@ -563,6 +604,96 @@ describe.skipIf(skip !== null)("native kernels: matmul, softmax, layerNorm", () 
         close(out, want, dtype === "float32" ? 2e-4 : 1e-11, 1);
       }
     }
+  });
+});
+
+// ---- fused training kernels -----------------------------------------------------------------
+
+describe.skipIf(skip !== null)("native kernels: adamStep and layerNormBackward (fused.cc)", () => {
+  const n = native as NativeBinding;
+
+  it("layerNormBackward matches the reference backend, with and without weight, any subset of outputs", () => {
+    for (const dtype of ["float32", "float64"] as const) {
+      const [R, D] = [37, 130];
+      const x = rand([R, D], dtype, 130, 2, 4);
+      const g = rand([R, D], dtype, 131);
+      const w = rand([D], dtype, 132);
+      const mean = Tensor.empty([R], dtype);
+      const rstd = Tensor.empty([R], dtype);
+      ref.layerNorm(x, w, null, 1e-5, like(x), mean, rstd);
+      for (const wt of [w, null])
+        for (const outs of [
+          [true, true, true],
+          [true, false, false],
+          [false, true, true],
+        ]) {
+          const make = (on: boolean, shape: number[]) => (on ? Tensor.empty(shape, dtype) : null);
+          const got = [make(outs[0]!, [R, D]), make(outs[1]!, [D]), make(outs[2]!, [D])] as const;
+          const want = [make(outs[0]!, [R, D]), make(outs[1]!, [D]), make(outs[2]!, [D])] as const;
+          const opt = (t: Tensor | null) => (t ? view(t) : null);
+          n.layerNormBackward(view(g), view(x), view(mean), view(rstd), opt(wt), opt(got[0]), opt(got[1]), opt(got[2]));
+          ref.layerNormBackward(g, x, mean, rstd, wt, want[0], want[1], want[2]);
+          // NB: the float64 sums run in another order (and gx's float32 means may round apart by an ulp)
+          for (let i = 0; i < 3; i++) if (got[i]) close(got[i]!, want[i]!, dtype === "float32" ? 2e-5 : 1e-12, 1);
+        }
+    }
+    const x = rand([2, 3], "float32", 1);
+    expect(() =>
+      n.layerNormBackward(
+        view(x),
+        view(x),
+        view(rand([2], "float32", 2)),
+        view(rand([3], "float32", 3)),
+        null,
+        null,
+        null,
+        null,
+      ),
+    ).toThrow(TypeError);
+  });
+
+  it("adamStep equals the reference backend exactly: AdamW, Adam with L2, amsgrad, maximize, specials", () => {
+    for (const dtype of ["float32", "float64"] as const)
+      for (const [decay, l2, amsgrad, maximize] of [
+        [1 - 3e-3 * 0.01, 0, false, false],
+        [1, 0.1, true, false],
+        [1 - 1e-3, 0, true, true],
+      ] as const) {
+        const N = 1000;
+        const init = [rand([N], dtype, 140, -2, 2, true), rand([N], dtype, 141), rand([N], dtype, 142, -0.1, 0.1)];
+        const vs = rand([N], dtype, 143, 0, 0.02);
+        const vmax = rand([N], dtype, 144, 0, 0.03);
+        const clone = (t: Tensor) => {
+          const c = like(t);
+          (c.storage.data as Float64Array).set(t.storage.data as Float64Array);
+          return c;
+        };
+        const copies = () => [...init, vs, vmax].map(clone);
+        const [pG, gG, mG, vG, xG] = copies() as [Tensor, Tensor, Tensor, Tensor, Tensor];
+        const [pW, gW, mW, vW, xW] = copies() as [Tensor, Tensor, Tensor, Tensor, Tensor];
+        const h = {
+          decay,
+          l2,
+          beta1: 0.9,
+          oneMinusBeta1: 1 - 0.9,
+          beta2: 0.999,
+          oneMinusBeta2: 1 - 0.999,
+          bc2Sqrt: Math.sqrt(1 - 0.999 ** 3),
+          eps: 1e-8,
+          negStepSize: -(3e-3 / (1 - 0.9 ** 3)),
+          maximize,
+        };
+        n.adamStep(view(pG), view(gG), view(mG), view(vG), amsgrad ? view(xG) : null, h.decay, h.l2, h.beta1,
+          h.oneMinusBeta1, h.beta2, h.oneMinusBeta2, h.bc2Sqrt, h.eps, h.negStepSize, h.maximize); // prettier-ignore
+        ref.adamStep(pW, gW, mW, vW, amsgrad ? xW : null, h);
+        for (const [a, b] of [
+          [pG, pW],
+          [mG, mW],
+          [vG, vW],
+          [xG, xW],
+        ] as const)
+          same(a, b);
+      }
   });
 });
 

@@ -14,12 +14,15 @@
 //       out contiguous, x's shape with dims set to 1; its dtype may differ from x's (cast on store,
 //       e.g. bool -> int64 sums). Floats accumulate in float64, integers in int64.
 //   argReduce(op: "argmax"|"argmin", x: View, dim: number, out: View(i64))
-//   matmul(a: View[B,M,K], b: View[B,K,N], out: View[B,M,N])  // a/b batch may be 1 or stride 0
+//   matmul(a: View[...,M,K], b: View[...,K,N], out: View[...,M,N])  // one rank >= 3; batch dims any strides, 1 broadcasts
 //   softmax(x: View, dim: number, log: boolean, out: View)     // float32/float64
 //   layerNorm(x: View[*, D] contiguous, weight: View[D]|null, bias: View[D]|null, eps: number,
 //             out: View, mean: View[rows]|null, rstd: View[rows]|null)  // biased variance
 //   indexSelect(x, dim, index(i64|i32, 1-D), out); gather(x, dim, index, out); scatterAdd(dst, dim, index, src)
 //       bad index: RangeError "index 5 is out of bounds for dimension 0 with size 3", nothing written.
+//   adamStep(p, grad, expAvg, expAvgSq, maxExpAvgSq|null, decay, l2, beta1, oneMinusBeta1, beta2, oneMinusBeta2,
+//            bc2Sqrt, eps, negStepSize, maximize)   // in place; contiguous, one float dtype (fused.cc)
+//   layerNormBackward(g, x, mean, rstd, weight|null, gx|null, gw|null, gb|null)  // [rows, D] contiguous
 //   copy(src: View, dst: View)  (casts among f32/f64/i32/i64/u8 as typed-array stores do); fill(dst: View, value: number)
 //   simdIsa(): "avx512"|"avx2"|"scalar"; setSimdIsa(name): boolean   (the float32 vector kernels; tests)
 //   setBlasThreads(n); getBlasThreads()   (OpenBLAS's pool; matmul resyncs it when getNumThreads() changes)
@@ -35,4 +38,5 @@ void RegisterMatmul(Napi::Env env, Napi::Object exports);
 void RegisterSoftmax(Napi::Env env, Napi::Object exports);
 void RegisterIndexing(Napi::Env env, Napi::Object exports);
 void RegisterCopy(Napi::Env env, Napi::Object exports);
+void RegisterFused(Napi::Env env, Napi::Object exports);
 }  // namespace tprpc

@@ -1,6 +1,7 @@
 /**
  * Layer normalisation as one op: the forward runs the backend's fused kernel
- * (mean and 1/std saved per row), the backward is the closed form
+ * (mean and 1/std saved per row), the backward another (layerNormBackward),
+ * the closed form
  *
  *   x̂ = (x − μ)·r,  gŵ = g·w,
  *   dx = r · (gŵ − mean(gŵ) − x̂ · mean(gŵ · x̂)),  dw = Σ g·x̂,  db = Σ g
@@ -51,21 +52,24 @@ export function layerNorm(
     y,
     [x, weight, bias],
     (g, needs) => {
-      const g2 = rowsView(raw.contiguous(g), rows, d);
-      const xhat = raw.binary("mul", raw.binary("sub", x2, mean), rstd);
-      let gx: Tensor | null = null;
-      if (needs[0]) {
-        const gh = w ? raw.binary("mul", g2, w) : g2;
-        const m1 = raw.binary("div", raw.reduce("sum", gh, [1], true), d);
-        const m2 = raw.binary("div", raw.reduce("sum", raw.binary("mul", gh, xhat), [1], true), d);
-        const dx = raw.binary("mul", raw.binary("sub", raw.binary("sub", gh, m1), raw.binary("mul", xhat, m2)), rstd);
-        gx = raw.asStrided(dx, x.shape, contiguousStrides(x.shape), 0);
-      }
-      const gw = needs[1] && weight ? raw.reduce("sum", raw.binary("mul", g2, xhat), [0], false) : null;
-      const gb = needs[2] && bias ? raw.reduce("sum", g2, [0], false) : null;
-      const shaped = (t: Tensor | null, like: Tensor | null) =>
-        t && like ? raw.asStrided(raw.cast(t, like.dtype), like.shape, contiguousStrides(like.shape), 0) : null;
-      return [gx, shaped(gw, weight), shaped(gb, bias)];
+      // one fused kernel (Backend.layerNormBackward) for the three gradients
+      const g2 = rowsView(raw.cast(raw.contiguous(g), x.dtype), rows, d);
+      const gx = needs[0] ? raw.empty([rows, d], x.dtype) : null;
+      const gw = needs[1] && weight ? raw.empty([d], x.dtype) : null;
+      const gb = needs[2] && bias ? raw.empty([d], x.dtype) : null;
+      getBackend().layerNormBackward(
+        g2,
+        x2,
+        raw.asStrided(mean, [rows], [1], 0),
+        raw.asStrided(rstd, [rows], [1], 0),
+        w && raw.asStrided(w, [d], [1], w.offset),
+        gx,
+        gw,
+        gb,
+      );
+      const shaped = (t: Tensor | null, like: Tensor) =>
+        t && raw.asStrided(raw.cast(t, like.dtype), like.shape, contiguousStrides(like.shape), 0);
+      return [gx && shaped(gx, x), weight && shaped(gw, weight), bias && shaped(gb, bias)];
     },
     [x, ...(weight ? [weight] : [])],
   );

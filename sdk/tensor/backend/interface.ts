@@ -117,7 +117,11 @@ export interface Backend {
   /** Index of the max/min along `dim` (first occurrence); out (int64) has x's shape with dim set to 1. */
   argReduce(op: "argmax" | "argmin", x: TensorView, dim: number, out: TensorView): void;
 
-  /** Batched matmul: a [B, M, K] @ b [B, K, N] -> out [B, M, N]. */
+  /**
+   * Batched matmul: a [...batch, M, K] @ b [...batch, K, N] -> out [...batch, M, N], one rank >= 3.
+   * a's and b's batch dims are out's (broadcast ones with stride 0) and may have any strides (e.g.
+   * a head-split view [B, heads, T, hs] of a [B, T, 3C] projection): kernels must not need them merged.
+   */
   matmul(a: TensorView, b: TensorView, out: TensorView): void;
 
   /** (log-)softmax along `dim`; out has x's shape. */
@@ -146,6 +150,63 @@ export interface Backend {
     mean: TensorView,
     rstd: TensorView,
   ): void;
+
+  /**
+   * The backward of layerNorm over contiguous [rows, D] float views g (the output's gradient) and
+   * x, given layerNorm's mean and rstd ([rows]) and weight ([D] or null). With x̂ = (x - mean) rstd
+   * and ĝ = g weight: gx = rstd (ĝ - mean(ĝ) - x̂ mean(ĝ x̂)) ([rows, D]), gw = Σ_rows g x̂ and
+   * gb = Σ_rows g ([D]). Null outputs are not computed. Sums accumulate in float64.
+   */
+  layerNormBackward(
+    g: TensorView,
+    x: TensorView,
+    mean: TensorView,
+    rstd: TensorView,
+    weight: TensorView | null,
+    gx: TensorView | null,
+    gw: TensorView | null,
+    gb: TensorView | null,
+  ): void;
+
+  /**
+   * One Adam/AdamW step, in place, over contiguous float views of one dtype and element count:
+   * torch.optim.Adam/AdamW's single-tensor path (sdk/optim/adam.ts), op for op, each result
+   * rounded to the dtype (so it equals the chain of tensor ops it replaces):
+   *
+   *   g = maximize ? -grad : grad;  p = p * decay;  g = g + p * l2
+   *   m = m * beta1 + g * oneMinusBeta1;  v = v * beta2 + (g * g) * oneMinusBeta2
+   *   vmax = maximum(vmax, v)   (when maxExpAvgSq is given; the denominator then uses it)
+   *   p = p + (m / (sqrt(v) / bc2Sqrt + eps)) * negStepSize
+   *
+   * The scalars are rounded to the dtype first, as scalar operands of tensor ops are; decay = 1
+   * and l2 = 0 skip their lines.
+   */
+  adamStep(
+    p: TensorView,
+    grad: TensorView,
+    expAvg: TensorView,
+    expAvgSq: TensorView,
+    maxExpAvgSq: TensorView | null,
+    h: AdamStepArgs,
+  ): void;
+}
+
+/** The scalars of one Adam step (Backend.adamStep). */
+export interface AdamStepArgs {
+  /** p is multiplied by this first (AdamW: 1 - lr * weightDecay; 1 for none). */
+  readonly decay: number;
+  /** Adam's L2 weight decay: g += l2 * p (0 for none). */
+  readonly l2: number;
+  readonly beta1: number;
+  readonly oneMinusBeta1: number;
+  readonly beta2: number;
+  readonly oneMinusBeta2: number;
+  /** sqrt(1 - beta2^step) */
+  readonly bc2Sqrt: number;
+  readonly eps: number;
+  /** -lr / (1 - beta1^step) */
+  readonly negStepSize: number;
+  readonly maximize: boolean;
 }
 
 /**

@@ -10,7 +10,7 @@
 import { IndexError } from "../../../errors/index.js";
 import type { DType, StorageArray } from "../../dtype.js";
 import { numelOf } from "../../shape.js";
-import type { Backend, BinaryOp, ReduceOp, TensorView, UnaryOp } from "../interface.js";
+import type { AdamStepArgs, Backend, BinaryOp, ReduceOp, TensorView, UnaryOp } from "../interface.js";
 import { TsBackend } from "../ts/index.js";
 
 /** A view as the addon parses it (native/src/view.h). */
@@ -43,6 +43,33 @@ export interface NativeKernels {
     out: KernelView,
     mean: KernelView | null,
     rstd: KernelView | null,
+  ): void;
+  layerNormBackward(
+    g: KernelView,
+    x: KernelView,
+    mean: KernelView,
+    rstd: KernelView,
+    weight: KernelView | null,
+    gx: KernelView | null,
+    gw: KernelView | null,
+    gb: KernelView | null,
+  ): void;
+  adamStep(
+    p: KernelView,
+    grad: KernelView,
+    expAvg: KernelView,
+    expAvgSq: KernelView,
+    maxExpAvgSq: KernelView | null,
+    decay: number,
+    l2: number,
+    beta1: number,
+    oneMinusBeta1: number,
+    beta2: number,
+    oneMinusBeta2: number,
+    bc2Sqrt: number,
+    eps: number,
+    negStepSize: number,
+    maximize: boolean,
   ): void;
 }
 
@@ -135,7 +162,7 @@ export class NativeBackend implements Backend {
 
   matmul(a: TensorView, b: TensorView, out: TensorView): void {
     // NB: even small matmuls win natively once K is large; route by work, not by output size.
-    const work = numelOf(out.shape) * (a.shape[2] ?? 1);
+    const work = numelOf(out.shape) * (a.shape[a.shape.length - 1] ?? 1);
     if (work >= this.minNumel && this.floats(a, b) && a.dtype === b.dtype) this.k.matmul(kv(a), kv(b), kv(out));
     else this.ts.matmul(a, b, out);
   }
@@ -175,5 +202,60 @@ export class NativeBackend implements Backend {
     if (this.big(x) && this.floats(x) && same(weight) && same(bias))
       this.k.layerNorm(kv(x), weight && kv(weight), bias && kv(bias), eps, kv(out), kv(mean), kv(rstd));
     else this.ts.layerNorm(x, weight, bias, eps, out, mean, rstd);
+  }
+
+  layerNormBackward(
+    g: TensorView,
+    x: TensorView,
+    mean: TensorView,
+    rstd: TensorView,
+    weight: TensorView | null,
+    gx: TensorView | null,
+    gw: TensorView | null,
+    gb: TensorView | null,
+  ): void {
+    const same = (t: TensorView | null) => t === null || t.dtype === x.dtype;
+    if (this.big(x) && this.floats(x) && [g, mean, rstd, weight, gx, gw, gb].every(same))
+      this.k.layerNormBackward(
+        kv(g),
+        kv(x),
+        kv(mean),
+        kv(rstd),
+        weight && kv(weight),
+        gx && kv(gx),
+        gw && kv(gw),
+        gb && kv(gb),
+      );
+    else this.ts.layerNormBackward(g, x, mean, rstd, weight, gx, gw, gb);
+  }
+
+  adamStep(
+    p: TensorView,
+    grad: TensorView,
+    expAvg: TensorView,
+    expAvgSq: TensorView,
+    maxExpAvgSq: TensorView | null,
+    h: AdamStepArgs,
+  ): void {
+    // NB: no size threshold: one call replaces a dozen, so the native loop wins at any size.
+    if (this.floats(p))
+      this.k.adamStep(
+        kv(p),
+        kv(grad),
+        kv(expAvg),
+        kv(expAvgSq),
+        maxExpAvgSq && kv(maxExpAvgSq),
+        h.decay,
+        h.l2,
+        h.beta1,
+        h.oneMinusBeta1,
+        h.beta2,
+        h.oneMinusBeta2,
+        h.bc2Sqrt,
+        h.eps,
+        h.negStepSize,
+        h.maximize,
+      );
+    else this.ts.adamStep(p, grad, expAvg, expAvgSq, maxExpAvgSq, h);
   }
 }

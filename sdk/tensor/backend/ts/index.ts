@@ -7,7 +7,7 @@
 import { IndexError } from "../../../errors/index.js";
 import type { NumArray } from "../../dtype.js";
 import { numelOf } from "../../shape.js";
-import type { Backend, BinaryOp, ReduceOp, TensorView, UnaryOp } from "../interface.js";
+import type { AdamStepArgs, Backend, BinaryOp, ReduceOp, TensorView, UnaryOp } from "../interface.js";
 import { offsets, outArray, readContig, readerOf, writerOf } from "../../access.js";
 import { erf, gelu, geluGrad, geluTanh, geluTanhGrad, roundHalfEven, sigmoid } from "./math.js";
 
@@ -135,6 +135,11 @@ function indexValues(index: TensorView, size: number, dim: number): NumArray {
       throw new IndexError(`index ${v} is out of bounds for dimension ${dim} with size ${size}`);
   }
   return idx;
+}
+
+/** Rounding to a float view's dtype: Math.fround for float32, the identity for float64. */
+function roundTo(t: TensorView): (x: number) => number {
+  return t.dtype === "float32" ? Math.fround : (x) => x;
 }
 
 /** Splits a shape around `dim` into (outer, size, inner) for row-wise kernels. */
@@ -272,8 +277,10 @@ export class TsBackend implements Backend {
   }
 
   matmul(a: TensorView, b: TensorView, out: TensorView): void {
-    const [B, M, K] = a.shape as [number, number, number];
-    const N = b.shape[2]!;
+    // batch dims (any strides, broadcast ones expanded by the view) are flattened by readContig
+    const r = out.shape.length;
+    const [M, N, K] = [out.shape[r - 2]!, out.shape[r - 1]!, a.shape[r - 1]!];
+    const B = M * N === 0 ? 0 : numelOf(out.shape) / (M * N);
     const av = readContig(a);
     const bv = readContig(b);
     const [o, commit] = outArray(out);
@@ -404,5 +411,110 @@ export class TsBackend implements Backend {
       }
     }
     commit();
+  }
+
+  layerNormBackward(
+    g: TensorView,
+    x: TensorView,
+    mean: TensorView,
+    rstd: TensorView,
+    weight: TensorView | null,
+    gx: TensorView | null,
+    gw: TensorView | null,
+    gb: TensorView | null,
+  ): void {
+    const D = x.shape[x.shape.length - 1]!;
+    const gv = readContig(g);
+    const xv = readContig(x);
+    const rows = D === 0 ? 0 : xv.length / D;
+    const mu = readContig(mean);
+    const rs = readContig(rstd);
+    const w = weight ? readContig(weight) : null;
+    const r = roundTo(x);
+    const accW = new Float64Array(D);
+    const accB = new Float64Array(D);
+    const xhat = new Float64Array(D);
+    const [gxo, commitX] = gx ? outArray(gx) : [null, () => {}];
+    for (let i = 0; i < rows; i++) {
+      const base = i * D;
+      let s1 = 0;
+      let s2 = 0;
+      for (let j = 0; j < D; j++) {
+        const xh = r(r(xv[base + j]! - mu[i]!) * rs[i]!);
+        xhat[j] = xh;
+        const gh = w ? r(gv[base + j]! * w[j]!) : gv[base + j]!;
+        s1 += gh;
+        s2 += r(gh * xh);
+        accW[j] += r(gv[base + j]! * xh);
+        accB[j] += gv[base + j]!;
+      }
+      if (gxo) {
+        // NB: the sums are rounded to the dtype before the division, as float reductions are
+        const m1 = r(r(s1) / D);
+        const m2 = r(r(s2) / D);
+        for (let j = 0; j < D; j++) {
+          const gh = w ? r(gv[base + j]! * w[j]!) : gv[base + j]!;
+          gxo[base + j] = r(r(r(gh - m1) - r(xhat[j]! * m2)) * rs[i]!);
+        }
+      }
+    }
+    commitX();
+    for (const [t, acc] of [
+      [gw, accW],
+      [gb, accB],
+    ] as const) {
+      if (!t) continue;
+      const [o, commit] = outArray(t);
+      for (let j = 0; j < D; j++) o[j] = acc[j]!;
+      commit();
+    }
+  }
+
+  adamStep(
+    p: TensorView,
+    grad: TensorView,
+    expAvg: TensorView,
+    expAvgSq: TensorView,
+    maxExpAvgSq: TensorView | null,
+    h: AdamStepArgs,
+  ): void {
+    const r = roundTo(p);
+    const pv = p.storage.data as NumArray;
+    const gv = grad.storage.data as NumArray;
+    const mv = expAvg.storage.data as NumArray;
+    const vv = expAvgSq.storage.data as NumArray;
+    const xv = maxExpAvgSq ? (maxExpAvgSq.storage.data as NumArray) : null;
+    const [decay, l2, b1, omb1, b2, omb2, bc2, eps, step] = [
+      h.decay,
+      h.l2,
+      h.beta1,
+      h.oneMinusBeta1,
+      h.beta2,
+      h.oneMinusBeta2,
+      h.bc2Sqrt,
+      h.eps,
+      h.negStepSize,
+    ].map(r) as [number, number, number, number, number, number, number, number, number];
+    const n = numelOf(p.shape);
+    // one line per op of the composite (sdk/optim/adam.ts), each rounded to the dtype
+    for (let i = 0; i < n; i++) {
+      let g = gv[grad.offset + i]!;
+      if (h.maximize) g = -g;
+      let pi = pv[p.offset + i]!;
+      if (h.decay !== 1) pi = r(pi * decay);
+      if (h.l2 !== 0) g = r(g + r(pi * l2));
+      const m = r(r(mv[expAvg.offset + i]! * b1) + r(g * omb1));
+      const v = r(r(vv[expAvgSq.offset + i]! * b2) + r(r(g * g) * omb2));
+      mv[expAvg.offset + i] = m;
+      vv[expAvgSq.offset + i] = v;
+      let second = v;
+      if (xv) {
+        const cur = xv[maxExpAvgSq!.offset + i]!;
+        second = Number.isNaN(cur) || Number.isNaN(v) ? Number.NaN : cur > v ? cur : v;
+        xv[maxExpAvgSq!.offset + i] = second;
+      }
+      const denom = r(r(r(Math.sqrt(second)) / bc2) + eps);
+      pv[p.offset + i] = r(pi + r(r(m / denom) * step));
+    }
   }
 }

@@ -1,0 +1,169 @@
+// Fused training kernels: the Adam/AdamW update and the layer norm backward,
+// each one pass over its tensors instead of a chain of elementwise ops, each
+// allocating its result (sdk/optim/adam.ts, sdk/autograd/ops/norm.ts call
+// them through the backend; the TypeScript backend has the same loops).
+// Threads: parsing and the loops run on the JS thread. NB: both are
+// memory-bound single passes over at most a few MB; the pool's hand-off
+// would cost more than it saves at the sizes a training step has.
+#include <cmath>
+
+#include "kernels/common.h"
+#include "kernels/kernels.h"
+
+namespace tprpc {
+namespace kern {
+namespace {
+
+// The scalars of one Adam step, as sdk/tensor/backend/interface.ts's AdamStepArgs.
+struct AdamArgs {
+  double decay;         // p *= decay first (AdamW: 1 - lr * weightDecay); 1: none
+  double l2;            // g += l2 * p (Adam's weight decay); 0: none
+  double beta1, oneMinusBeta1, beta2, oneMinusBeta2;
+  double bc2Sqrt;       // sqrt(1 - beta2^t)
+  double eps;
+  double negStepSize;   // -lr / (1 - beta1^t)
+  bool maximize;
+};
+
+// NB: every line is one op of the composite it replaces, rounded to T, in the same order, so the
+// float32 result is bit-identical to it (no FMA contraction: the addon is built for baseline x86-64).
+template <typename T>
+void AdamLoop(T* p, const T* grad, T* m, T* v, T* vmax, int64_t n, const AdamArgs& a) {
+  const T decay = static_cast<T>(a.decay), l2 = static_cast<T>(a.l2), b1 = static_cast<T>(a.beta1),
+          omb1 = static_cast<T>(a.oneMinusBeta1), b2 = static_cast<T>(a.beta2),
+          omb2 = static_cast<T>(a.oneMinusBeta2), bc2 = static_cast<T>(a.bc2Sqrt), eps = static_cast<T>(a.eps),
+          step = static_cast<T>(a.negStepSize);
+  const bool decoupled = a.decay != 1, coupled = a.l2 != 0;
+  for (int64_t i = 0; i < n; ++i) {
+    T g = a.maximize ? -grad[i] : grad[i];
+    T pi = p[i];
+    if (decoupled) pi = pi * decay;
+    if (coupled) g = g + pi * l2;
+    T mi = m[i] * b1;
+    mi = mi + g * omb1;
+    T vi = v[i] * b2;
+    const T gg = g * g;
+    vi = vi + gg * omb2;
+    m[i] = mi;
+    v[i] = vi;
+    T second = vi;
+    if (vmax) {
+      const T cur = vmax[i];
+      second = (cur != cur || vi != vi) ? NAN : (cur > vi ? cur : vi);
+      vmax[i] = second;
+    }
+    T denom = std::sqrt(second) / bc2;
+    denom = denom + eps;
+    const T ratio = mi / denom;
+    p[i] = pi + ratio * step;
+  }
+}
+
+// adamStep(p, grad, expAvg, expAvgSq, maxExpAvgSq|null, decay, l2, beta1, oneMinusBeta1, beta2,
+//          oneMinusBeta2, bc2Sqrt, eps, negStepSize, maximize): in place on p, expAvg, expAvgSq (and
+// maxExpAvgSq); all contiguous, one float dtype, one element count.
+Napi::Value AdamStep(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  View p = ParseView(info[0], "p"), g = ParseView(info[1], "grad"), m = ParseView(info[2], "expAvg"),
+       v = ParseView(info[3], "expAvgSq");
+  const bool ams = !(info[4].IsNull() || info[4].IsUndefined());
+  View vm = ams ? ParseView(info[4], "maxExpAvgSq") : View{};
+  if (p.dtype != DType::F32 && p.dtype != DType::F64) ThrowType(env, "adamStep: p must be float32 or float64");
+  const int64_t n = p.numel();
+  for (const View* t : {&p, &g, &m, &v, ams ? &vm : &p})
+    if (t->dtype != p.dtype || t->numel() != n || !t->contiguous())
+      ThrowType(env, "adamStep: p, grad and the state buffers must be contiguous with one dtype and element count");
+  double s[9];
+  for (int i = 0; i < 9; ++i) {
+    if (!info[5 + i].IsNumber()) ThrowType(env, "adamStep: the hyperparameters must be numbers");
+    s[i] = info[5 + i].As<Napi::Number>().DoubleValue();
+  }
+  const AdamArgs a{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], info[14].ToBoolean().Value()};
+  if (p.dtype == DType::F32)
+    AdamLoop<float>(p.ptr<float>(), g.ptr<float>(), m.ptr<float>(), v.ptr<float>(), ams ? vm.ptr<float>() : nullptr,
+                    n, a);
+  else
+    AdamLoop<double>(p.ptr<double>(), g.ptr<double>(), m.ptr<double>(), v.ptr<double>(),
+                     ams ? vm.ptr<double>() : nullptr, n, a);
+  return env.Undefined();
+}
+
+// Per row r of x [rows, D] with x̂ = (x - mean) rstd and ĝ = g w:
+//   gx = rstd (ĝ - mean(ĝ) - x̂ mean(ĝ x̂));  gw += g x̂;  gb += g   (gw, gb summed over rows)
+// Row and column sums accumulate in float64.
+template <typename T>
+void LayerNormBackwardRows(const T* g, const T* x, const T* mean, const T* rstd, const T* w, T* gx, T* gw, T* gb,
+                           int64_t rows, int64_t D) {
+  std::vector<double> accW(gw ? D : 0, 0.0), accB(gb ? D : 0, 0.0);
+  std::vector<T> xhat(D);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* gr = g + r * D;
+    const T* xr = x + r * D;
+    const T mu = mean[r], rs = rstd[r];
+    double s1 = 0, s2 = 0;
+    for (int64_t j = 0; j < D; ++j) {
+      const T xh = (xr[j] - mu) * rs;
+      xhat[j] = xh;
+      const T gh = w ? gr[j] * w[j] : gr[j];
+      s1 += gh;
+      s2 += static_cast<double>(gh * xh);
+      if (gw) accW[j] += static_cast<double>(gr[j] * xh);
+      if (gb) accB[j] += gr[j];
+    }
+    if (gx) {
+      // NB: the sums are rounded to T before the division, as the composite's float reductions are.
+      const T m1 = static_cast<T>(s1) / static_cast<T>(D), m2 = static_cast<T>(s2) / static_cast<T>(D);
+      T* out = gx + r * D;
+      for (int64_t j = 0; j < D; ++j) {
+        const T gh = w ? gr[j] * w[j] : gr[j];
+        out[j] = ((gh - m1) - xhat[j] * m2) * rs;
+      }
+    }
+  }
+  for (int64_t j = 0; gw && j < D; ++j) gw[j] = static_cast<T>(accW[j]);
+  for (int64_t j = 0; gb && j < D; ++j) gb[j] = static_cast<T>(accB[j]);
+}
+
+// layerNormBackward(g, x, mean, rstd, weight|null, gx|null, gw|null, gb|null): g and x contiguous
+// [rows, D]; mean and rstd [rows]; weight, gw and gb [D]; one float dtype. Null outputs are skipped.
+Napi::Value LayerNormBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  View g = ParseView(info[0], "g"), x = ParseView(info[1], "x");
+  if (x.dtype != DType::F32 && x.dtype != DType::F64) ThrowType(env, "layerNormBackward: x must be float32 or float64");
+  if (x.ndim() < 1 || !x.contiguous() || !g.contiguous() || g.numel() != x.numel() || g.dtype != x.dtype)
+    ThrowType(env, "layerNormBackward: g and x must be contiguous [rows, D] of one dtype");
+  const int64_t D = x.shape.back(), rows = D ? x.numel() / D : 0;
+  auto optional = [&](size_t i, const char* what, int64_t len) -> void* {
+    if (info[i].IsNull() || info[i].IsUndefined()) return nullptr;
+    View t = ParseView(info[i], what);
+    if (t.dtype != x.dtype || t.numel() != len || !t.contiguous())
+      ThrowType(env, std::string("layerNormBackward: ") + what + " must be a contiguous tensor of x's dtype with " +
+                         std::to_string(len) + " elements");
+    return static_cast<uint8_t*>(t.data) + t.offset * ItemSize(t.dtype);
+  };
+  void* mean = optional(2, "mean", rows);
+  void* rstd = optional(3, "rstd", rows);
+  if (!mean || !rstd) ThrowType(env, "layerNormBackward: mean and rstd are required");
+  void* w = optional(4, "weight", D);
+  void* gx = optional(5, "gx", rows * D);
+  void* gw = optional(6, "gw", D);
+  void* gb = optional(7, "gb", D);
+  DispatchAll(x.dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_floating_point<T>::value)
+      LayerNormBackwardRows<T>(g.ptr<T>(), x.ptr<T>(), static_cast<T*>(mean), static_cast<T*>(rstd),
+                               static_cast<T*>(w), static_cast<T*>(gx), static_cast<T*>(gw), static_cast<T*>(gb), rows,
+                               D);
+  });
+  return env.Undefined();
+}
+
+}  // namespace
+}  // namespace kern
+
+void RegisterFused(Napi::Env env, Napi::Object exports) {
+  exports.Set("adamStep", Napi::Function::New(env, kern::AdamStep));
+  exports.Set("layerNormBackward", Napi::Function::New(env, kern::LayerNormBackward));
+}
+
+}  // namespace tprpc
