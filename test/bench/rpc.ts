@@ -7,6 +7,8 @@
  *    (TPRPC_TORCH_PYTHON overrides) with its default transports (shm + cma on one host) and
  *    `--ops-sizes ""`; its result lines are parsed. Missing: "PyTorch RPC reference unavailable".
  *    It takes ~50 s of the section (its 1-in-flight async runs cannot be left out); --no-torch skips it.
+ *    Then once more pinned to TensorPipe's TCP transport and basic channel (`--transports uv
+ *    --channels basic`), "torch/tcp": the same wire as tprpc's here, another ~50 s.
  * 2. tprpc: this process is the master (rank 0), one worker is started with startLocalWorkers, and
  *    the master allows only the tcp channel (options.channels), so tensors move over TCP lanes; the
  *    target is a shipped identity lambda `(x) => x` (compiled once per peer), the argument a number
@@ -14,7 +16,8 @@
  *    warm-up, then trials of a batch of calls, per-call time = median over trials (as common.py,
  *    with fewer repetitions so the section stays short); GB/s counts the bytes both ways.
  *    rpcAsync: 4,000 calls kept 64 in flight, calls/s = median over trials.
- * 3. Ratios: latency torch/tprpc and throughput tprpc/torch, so > 1 means tprpc is faster.
+ * 3. Ratios: latency torch/tprpc and throughput tprpc/torch, so > 1 means tprpc is faster; "ratio"
+ *    against TensorPipe's default, "ratio/tcp" against TensorPipe over TCP.
  */
 import { rpc } from "../../sdk/index.js";
 import { startLocalWorkers } from "../../sdk/rpc/launcher.js";
@@ -89,10 +92,13 @@ const fmtRatio = (r: number | undefined): string => (r === undefined ? "-" : `${
 /** Prints the RPC section (after the tensor section of run.ts). */
 export async function rpcBench(quick: boolean): Promise<void> {
   const wall = now();
-  const torch = process.argv.includes("--no-torch") ? "skipped (--no-torch)" : runReference("torch");
+  const noTorch = process.argv.includes("--no-torch");
+  const torch = noTorch ? "skipped (--no-torch)" : runReference("torch");
+  const torchTcp = noTorch ? "skipped (--no-torch)" : runReference("torch-tcp");
   const torchWall = now() - wall;
   const ours = await runTprpc(quick);
   const t = typeof torch === "string" ? undefined : torch.figures;
+  const tt = typeof torchTcp === "string" ? undefined : torchTcp.figures;
 
   console.log("");
   console.log("tprpc bench: RPC between two local processes, tprpc over TCP vs PyTorch RPC, measured in this run");
@@ -102,30 +108,35 @@ export async function rpcBench(quick: boolean): Promise<void> {
   console.log(pipeLine);
   if (typeof torch === "string") console.log(`PyTorch RPC reference unavailable (${torch})`);
   else console.log(`PyTorch RPC: ${torch.header}; TensorPipe default = shm transport + cma channel on one host`);
+  if (typeof torchTcp === "string") console.log(`PyTorch RPC over TCP unavailable (${torchTcp})`);
+  else console.log("torch/tcp: the same script with TensorPipe pinned to its uv (TCP) transport and basic channel");
   console.log("ratios: > 1 means tprpc is faster (latency torch/tprpc, throughput tprpc/torch)");
   console.log("");
-  const head = `${"rpcSync identity round trip".padEnd(30)}${"tprpc".padStart(26)}${"torch".padStart(26)}${"ratio".padStart(9)}`;
+  const head =
+    "rpcSync identity round trip".padEnd(30) +
+    ["tprpc", "torch", "torch/tcp"].map((h) => h.padStart(26)).join("") +
+    ["ratio", "ratio/tcp"].map((h) => h.padStart(10)).join("");
   console.log(head);
   console.log("-".repeat(head.length));
   for (const n of SIZES) {
     const o = ours.sync.get(n);
     const r = t?.sync.get(n);
+    const rt = tt?.sync.get(n);
     console.log(
       fmtBytes(n).padEnd(30) +
-        cell(o, n).padStart(26) +
-        cell(r, n).padStart(26) +
-        fmtRatio(o && r ? r / o : undefined).padStart(9),
+        [o, r, rt].map((x) => cell(x, n).padStart(26)).join("") +
+        [r, rt].map((x) => fmtRatio(o && x ? x / o : undefined).padStart(10)).join(""),
     );
   }
   console.log("");
   for (const n of ASYNC_SIZES) {
     const o = ours.async.get(n);
     const r = t?.async.get(n);
+    const rt = tt?.async.get(n);
     console.log(
       `rpcAsync identity, ${IN_FLIGHT} in flight, ${fmtBytes(n)}`.padEnd(50) +
-        `${o?.toFixed(0) ?? "-"} calls/s`.padStart(16) +
-        `${r?.toFixed(0) ?? "-"} calls/s`.padStart(16) +
-        fmtRatio(o && r ? o / r : undefined).padStart(9),
+        [o, r, rt].map((x) => `${x?.toFixed(0) ?? "-"} calls/s`.padStart(16)).join("") +
+        [r, rt].map((x) => fmtRatio(o && x ? o / x : undefined).padStart(10)).join(""),
     );
   }
   console.log("");

@@ -118,16 +118,18 @@ function parseTime(v: string, unit: string): number {
  * grpc_node.js (with the devDependency @grpc/grpc-js, or one on NODE_PATH or in /tmp/anchors-npm) and parses its
  * result lines; a string says why the reference is unavailable.
  */
-export function runReference(kind: "torch" | "grpc"): { figures: Figures; header: string } | string {
+export function runReference(kind: "torch" | "torch-tcp" | "grpc"): { figures: Figures; header: string } | string {
   const root = repoRoot();
-  const script = root && path.resolve(root, "../shared/bench", kind === "torch" ? "torch_rpc.py" : "grpc_node.js");
-  if (!script || !fs.existsSync(script))
-    return `../shared/bench/${kind === "torch" ? "torch_rpc.py" : "grpc_node.js"} not found beside the repository`;
+  const file = kind === "grpc" ? "grpc_node.js" : "torch_rpc.py";
+  const script = root && path.resolve(root, "../shared/bench", file);
+  if (!script || !fs.existsSync(script)) return `../shared/bench/${file} not found beside the repository`;
   let program: string;
   let r;
-  if (kind === "torch") {
+  if (kind !== "grpc") {
     program = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
-    r = spawnSync(program, [script, "--sizes", SIZES.join(","), "--ops-sizes", ""], {
+    // NB: "torch-tcp" pins TensorPipe to its uv (TCP) transport and basic channel: the same wire as ours.
+    const tcpOnly = kind === "torch-tcp" ? ["--transports", "uv", "--channels", "basic"] : [];
+    r = spawnSync(program, [script, "--sizes", SIZES.join(","), "--ops-sizes", "", ...tcpOnly], {
       encoding: "utf8",
       timeout: 300_000,
     });
