@@ -140,6 +140,8 @@ export interface NativeBinding {
     negStepSize: number,
     maximize: boolean,
   ): void;
+  /** (log-)softmax backward along the last dim of contiguous views (native/src/kernels/fused.cc). */
+  softmaxBackward(y: NativeView, g: NativeView, log: boolean, gx: NativeView): void;
   indexSelect(x: NativeView, dim: number, index: NativeView, out: NativeView): void;
   gather(x: NativeView, dim: number, index: NativeView, out: NativeView): void;
   scatterAdd(dst: NativeView, dim: number, index: NativeView, src: NativeView): void;
@@ -192,6 +194,7 @@ export const NATIVE_FUNCTIONS = [
   "layerNorm",
   "layerNormBackward",
   "adamStep",
+  "softmaxBackward",
   "indexSelect",
   "gather",
   "scatterAdd",

@@ -225,6 +225,13 @@ export function softmax(x: Tensor, dim: number, log: boolean): Tensor {
   return out;
 }
 
+/** The (log-)softmax backward (Backend.softmaxBackward): gx from the forward's output y and its gradient g. */
+export function softmaxBackward(y: Tensor, g: Tensor, dim: number, log: boolean): Tensor {
+  const out = output(y.shape, y.dtype);
+  getBackend().softmaxBackward(y, contiguous(cast(g, y.dtype)), dim, log, out);
+  return out;
+}
+
 function checkIndex(index: Tensor, what: string): void {
   if (index.dtype !== "int64" && index.dtype !== "int32")
     throw new DTypeError(`${what}(): Expected dtype int64 for index, got ${index.dtype}`);

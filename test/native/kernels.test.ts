@@ -609,7 +609,7 @@ describe.skipIf(skip !== null)("native kernels: matmul, softmax, layerNorm", () 
 
 // ---- fused training kernels -----------------------------------------------------------------
 
-describe.skipIf(skip !== null)("native kernels: adamStep and layerNormBackward (fused.cc)", () => {
+describe.skipIf(skip !== null)("native kernels: adamStep, layerNormBackward and softmaxBackward (fused.cc)", () => {
   const n = native as NativeBinding;
 
   it("layerNormBackward matches the reference backend, with and without weight, any subset of outputs", () => {
@@ -650,6 +650,27 @@ describe.skipIf(skip !== null)("native kernels: adamStep and layerNormBackward (
         null,
       ),
     ).toThrow(TypeError);
+  });
+
+  it("softmaxBackward and its log form match the reference backend along the last dim", () => {
+    for (const dtype of ["float32", "float64"] as const) {
+      const x = rand([3, 5, 70], dtype, 150, -6, 6);
+      const g = rand([3, 5, 70], dtype, 151);
+      for (const log of [false, true]) {
+        const y = like(x);
+        ref.softmax(x, 2, log, y);
+        const got = like(x);
+        const want = like(x);
+        n.softmaxBackward(view(y), view(g), log, view(got));
+        ref.softmaxBackward(y, g, 2, log, want);
+        // NB: the row sums run in another order; exp is glibc's vs V8's in the log form
+        close(got, want, dtype === "float32" ? 1e-5 : 1e-12, 1e-3);
+      }
+    }
+    const t = rand([2, 3], "float32", 1);
+    expect(() => n.softmaxBackward(view(t), view(transposed(2, 3, "float32", 2)), false, view(like(t)))).toThrow(
+      TypeError,
+    );
   });
 
   it("adamStep equals the reference backend exactly: AdamW, Adam with L2, amsgrad, maximize, specials", () => {

@@ -1,5 +1,5 @@
-// Fused training kernels: the Adam/AdamW update and the layer norm backward,
-// each one pass over its tensors instead of a chain of elementwise ops, each
+// Fused training kernels: the Adam/AdamW update, the layer norm backward and
+// the (log-)softmax backward, each one pass over its tensors instead of a chain of elementwise ops, each
 // allocating its result (sdk/optim/adam.ts, sdk/autograd/ops/norm.ts call
 // them through the backend; the TypeScript backend has the same loops).
 // Threads: parsing and the loops run on the JS thread. NB: both are
@@ -158,12 +158,55 @@ Napi::Value LayerNormBackward(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+
+// (log-)softmax backward along the last dim of contiguous [rows, n] views, y the forward's output:
+//   softmax:     gx = y (g - Σ g y)
+//   logSoftmax:  gx = g - exp(y) Σ g
+// The row sums accumulate in float64 and are rounded to T, as the composite's float reductions.
+template <typename T>
+void SoftmaxBackwardRows(const T* y, const T* g, T* gx, int64_t rows, int64_t n, bool log) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* yr = y + r * n;
+    const T* gr = g + r * n;
+    T* o = gx + r * n;
+    double acc = 0;
+    if (log) {
+      for (int64_t j = 0; j < n; ++j) acc += gr[j];
+      const T s = static_cast<T>(acc);
+      for (int64_t j = 0; j < n; ++j) o[j] = gr[j] - static_cast<T>(std::exp(yr[j])) * s;
+    } else {
+      for (int64_t j = 0; j < n; ++j) acc += static_cast<double>(gr[j] * yr[j]);
+      const T dot = static_cast<T>(acc);
+      for (int64_t j = 0; j < n; ++j) o[j] = yr[j] * (gr[j] - dot);
+    }
+  }
+}
+
+// softmaxBackward(y, g, log, gx): y, g and gx contiguous, one float dtype and shape; along the last dim.
+Napi::Value SoftmaxBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  View y = ParseView(info[0], "y"), g = ParseView(info[1], "g");
+  const bool log = info[2].ToBoolean().Value();
+  View gx = ParseView(info[3], "gx");
+  if (y.dtype != DType::F32 && y.dtype != DType::F64) ThrowType(env, "softmaxBackward: y must be float32 or float64");
+  for (const View* t : {&g, &gx})
+    if (t->dtype != y.dtype || t->shape != y.shape || !t->contiguous() || !y.contiguous())
+      ThrowType(env, "softmaxBackward: y, g and gx must be contiguous with one dtype and shape");
+  const int64_t n = y.ndim() ? y.shape.back() : 1, rows = n ? y.numel() / n : 0;
+  if (y.dtype == DType::F32)
+    SoftmaxBackwardRows<float>(y.ptr<float>(), g.ptr<float>(), gx.ptr<float>(), rows, n, log);
+  else
+    SoftmaxBackwardRows<double>(y.ptr<double>(), g.ptr<double>(), gx.ptr<double>(), rows, n, log);
+  return env.Undefined();
+}
+
 }  // namespace
 }  // namespace kern
 
 void RegisterFused(Napi::Env env, Napi::Object exports) {
   exports.Set("adamStep", Napi::Function::New(env, kern::AdamStep));
   exports.Set("layerNormBackward", Napi::Function::New(env, kern::LayerNormBackward));
+  exports.Set("softmaxBackward", Napi::Function::New(env, kern::SoftmaxBackward));
 }
 
 }  // namespace tprpc

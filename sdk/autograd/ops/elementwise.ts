@@ -8,6 +8,7 @@ import { DTypeError, ShapeError, ValueError } from "../../errors/index.js";
 import { arraysEqual } from "../../util/index.js";
 import { broadcastShapes } from "../../tensor/shape.js";
 import type { BinaryOp, UnaryOp } from "../../tensor/backend/interface.js";
+import { getBackend } from "../../tensor/backend/registry.js";
 import * as raw from "../../tensor/raw.js";
 import { Tensor } from "../../tensor/tensor.js";
 import { type Operand, record } from "../function.js";
@@ -193,7 +194,13 @@ export function gelu(x: Tensor, opts: { approximate?: "none" | "tanh" } = {}): T
     "GeluBackward0",
     out,
     [x],
-    (g) => [raw.binary("mul", g, raw.floatUnary(tanhForm ? "geluTanhGrad" : "geluGrad", x))],
+    (g) => {
+      const d = raw.floatUnary(tanhForm ? "geluTanhGrad" : "geluGrad", x);
+      if (g.dtype !== d.dtype || !arraysEqual(g.shape, d.shape)) return [raw.binary("mul", g, d)];
+      // NB: multiplied into d itself (fresh, and an elementwise out may alias an input): one allocation, not two
+      getBackend().binary("mul", g, d, d);
+      return [d];
+    },
     [x],
   );
 }

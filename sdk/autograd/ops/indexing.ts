@@ -85,29 +85,11 @@ export function embedding(input: Tensor, weight: Tensor, paddingIdx?: number): T
 export function softmax(x: Tensor, dim: number): Tensor {
   const d = normDim(dim, x.ndim);
   const out = raw.softmax(x, d, false);
-  return record(
-    "SoftmaxBackward0",
-    out,
-    [x],
-    (g) => {
-      const dot = raw.reduce("sum", raw.binary("mul", g, out), [d], true);
-      return [raw.binary("mul", out, raw.binary("sub", g, dot))];
-    },
-    [out],
-  );
+  return record("SoftmaxBackward0", out, [x], (g) => [raw.softmaxBackward(out, g, d, false)], [out]);
 }
 
 export function logSoftmax(x: Tensor, dim: number): Tensor {
   const d = normDim(dim, x.ndim);
   const out = raw.softmax(x, d, true);
-  return record(
-    "LogSoftmaxBackward0",
-    out,
-    [x],
-    (g) => {
-      const gs = raw.reduce("sum", g, [d], true);
-      return [raw.binary("sub", g, raw.binary("mul", raw.unary("exp", out), gs))];
-    },
-    [out],
-  );
+  return record("LogSoftmaxBackward0", out, [x], (g) => [raw.softmaxBackward(out, g, d, true)], [out]);
 }

@@ -3,7 +3,8 @@
  * position t attends to positions 0..t only.
  *
  * forward(x [B, T, C]):
- * 1. q, k, v = cAttn(x) split in three along C;
+ * 1. q, k, v = cAttn(x) split in three along C (computed as three products with
+ *    thirds of cAttn's weight and bias: the same numbers, a cheaper backward);
  * 2. each reshaped to heads: [B, nHead, T, C / nHead];
  * 3. softmax(q kᵀ / sqrt(hs), future masked to -inf), dropout, times v;
  * 4. heads merged back to [B, T, C], then cProj and residual dropout.
@@ -13,7 +14,7 @@
  */
 import { ShapeError } from "../../errors/index.js";
 import type { Tensor } from "../../tensor/tensor.js";
-import { causalMask, scaledDotProductAttention } from "../functional.js";
+import { causalMask, linear } from "../functional.js";
 import { Module } from "../module.js";
 import { Dropout } from "../modules/dropout.js";
 import { Linear } from "../modules/linear.js";
@@ -52,14 +53,31 @@ export class CausalSelfAttention extends Module<[Tensor], Tensor> {
     if (T > this.blockSize)
       throw new ShapeError(`Cannot forward sequence of length ${T}, block size is only ${this.blockSize}`);
     const hs = C / this.nHead;
-    const heads = (t: Tensor): Tensor => t.view(B, T, this.nHead, hs).transpose(1, 2);
-    const [q, k, v] = this.cAttn.forward(x).split(C, 2) as [Tensor, Tensor, Tensor];
-    const y = scaledDotProductAttention(heads(q), heads(k), heads(v), {
-      attnMask: this.mask.slice(0, 0, T).slice(1, 0, T),
-      dropoutP: this.training ? this.attnDropout.p : 0,
-    });
-    const merged = y.transpose(1, 2).contiguous().view(B, T, C);
+    // NB: q, k and v each come from their third of cAttn's weight and bias (the same numbers as
+    // splitting cAttn(x)): the backward then assembles [3C, C] weight slices, not three zero-filled
+    // [B, T, 3C] activation gradients.
+    const { weight, bias } = this.cAttn;
+    const project = (i: number): Tensor =>
+      linear(x, weight.narrow(0, i * C, C), bias ? bias.narrow(0, i * C, C) : null)
+        .view(B, T, this.nHead, hs)
+        .transpose(1, 2);
+    const [q, k, v] = [project(0), project(1), project(2)];
+    // softmax(q kᵀ / sqrt(hs), future masked to -inf), as scaledDotProductAttention's math path
+    let att = q.matmul(k.transpose(-2, -1)).div(Math.sqrt(hs));
+    att = this.attnDropout.forward(att.maskedFill(this.#future(T), Number.NEGATIVE_INFINITY).softmax(-1));
+    const merged = att.matmul(v).transpose(1, 2).contiguous().view(B, T, C);
     return this.residDropout.forward(this.cProj.forward(merged));
+  }
+
+  #futureCache: { mask: Tensor; T: number; future: Tensor } | null = null;
+
+  /** [T, T], true above the diagonal (the positions a query must not see): the mask buffer inverted, cached. */
+  #future(T: number): Tensor {
+    const c = this.#futureCache;
+    if (c && c.mask === this.mask && c.T === T) return c.future;
+    const future = this.mask.slice(0, 0, T).slice(1, 0, T).logicalNot();
+    this.#futureCache = { mask: this.mask, T, future };
+    return future;
   }
 
   override extraRepr(): string {

@@ -11,6 +11,9 @@
  * 3. Elementwise inputs already have the result's compute dtype (the op layer
  *    casts first), except comparisons (out: bool) and `where` (cond: bool).
  * 4. Kernels throw only typed errors (IndexError for bad indices).
+ * 5. For unary and binary, `out` may also be one of the inputs (the very same
+ *    contiguous view): element i of each input is read before element i of
+ *    out is written. Backward rules use this to reuse a fresh temporary.
  */
 import type { DType, StorageArray } from "../dtype.js";
 import type { Shape } from "../shape.js";
@@ -126,6 +129,13 @@ export interface Backend {
 
   /** (log-)softmax along `dim`; out has x's shape. */
   softmax(x: TensorView, dim: number, log: boolean, out: TensorView): void;
+
+  /**
+   * The backward of (log-)softmax along `dim`, given its output y and the output's gradient g
+   * (both x's shape): softmax gx = y (g - Σ g y), logSoftmax gx = g - exp(y) Σ g, the sums along
+   * dim accumulated in float64 and rounded to the dtype. out has y's shape.
+   */
+  softmaxBackward(y: TensorView, g: TensorView, dim: number, log: boolean, out: TensorView): void;
 
   /** out = x.indexSelect(dim, index) with index a 1-D int64/int32 view. */
   indexSelect(x: TensorView, dim: number, index: TensorView, out: TensorView): void;

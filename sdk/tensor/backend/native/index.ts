@@ -9,7 +9,7 @@
  */
 import { IndexError } from "../../../errors/index.js";
 import type { DType, StorageArray } from "../../dtype.js";
-import { numelOf } from "../../shape.js";
+import { isContiguous, numelOf } from "../../shape.js";
 import type { AdamStepArgs, Backend, BinaryOp, ReduceOp, TensorView, UnaryOp } from "../interface.js";
 import { TsBackend } from "../ts/index.js";
 
@@ -30,6 +30,7 @@ export interface NativeKernels {
   argReduce(op: string, x: KernelView, dim: number, out: KernelView): void;
   matmul(a: KernelView, b: KernelView, out: KernelView): void;
   softmax(x: KernelView, dim: number, log: boolean, out: KernelView): void;
+  softmaxBackward(y: KernelView, g: KernelView, log: boolean, gx: KernelView): void;
   indexSelect(x: KernelView, dim: number, index: KernelView, out: KernelView): void;
   gather(x: KernelView, dim: number, index: KernelView, out: KernelView): void;
   scatterAdd(dst: KernelView, dim: number, index: KernelView, src: KernelView): void;
@@ -170,6 +171,14 @@ export class NativeBackend implements Backend {
   softmax(x: TensorView, dim: number, log: boolean, out: TensorView): void {
     if (this.big(x) && this.floats(x) && x.dtype === out.dtype) this.k.softmax(kv(x), dim, log, kv(out));
     else this.ts.softmax(x, dim, log, out);
+  }
+
+  softmaxBackward(y: TensorView, g: TensorView, dim: number, log: boolean, out: TensorView): void {
+    const c = (t: TensorView) => isContiguous(t.shape, t.strides);
+    // the native kernel takes rows along the last dim; other dims and layouts take the reference
+    if (this.big(y) && this.floats(y) && g.dtype === y.dtype && dim === y.shape.length - 1 && c(y) && c(g))
+      this.k.softmaxBackward(kv(y), kv(g), log, kv(out));
+    else this.ts.softmaxBackward(y, g, dim, log, out);
   }
 
   indexSelect(x: TensorView, dim: number, index: TensorView, out: TensorView): void {

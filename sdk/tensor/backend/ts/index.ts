@@ -326,6 +326,30 @@ export class TsBackend implements Backend {
     commit();
   }
 
+  softmaxBackward(y: TensorView, g: TensorView, dim: number, log: boolean, out: TensorView): void {
+    const yv = readContig(y);
+    const gv = readContig(g);
+    const r = roundTo(out);
+    const [outer, size, inner] = around(y.shape, dim);
+    const [o, commit] = outArray(out);
+    for (let p = 0; p < outer; p++) {
+      for (let q = 0; q < inner; q++) {
+        const base = p * size * inner + q;
+        let acc = 0;
+        for (let k = 0; k < size; k++) {
+          const i = base + k * inner;
+          acc += log ? gv[i]! : r(gv[i]! * yv[i]!);
+        }
+        const s = r(acc);
+        for (let k = 0; k < size; k++) {
+          const i = base + k * inner;
+          o[i] = log ? r(gv[i]! - r(r(Math.exp(yv[i]!)) * s)) : r(yv[i]! * r(gv[i]! - s));
+        }
+      }
+    }
+    commit();
+  }
+
   indexSelect(x: TensorView, dim: number, index: TensorView, out: TensorView): void {
     const a = readContig(x);
     const [outer, size, inner] = around(x.shape, dim);
