@@ -99,7 +99,8 @@ export interface NativeBinding {
   where(cond: NativeView, a: NativeView, b: NativeView, out: NativeView): void;
   reduce(op: string, x: NativeView, dims: readonly number[], out: NativeView): void;
   argReduce(op: string, x: NativeView, dim: number, out: NativeView): void;
-  matmul(a: NativeView, b: NativeView, out: NativeView): void;
+  /** out = a @ b, or out += a @ b with accumulate (batch dims any strides). */
+  matmul(a: NativeView, b: NativeView, out: NativeView, accumulate?: boolean): void;
   softmax(x: NativeView, dim: number, log: boolean, out: NativeView): void;
   /** Over the last dim; `mean` and `rstd` (one per row), when given, receive the statistics for backward. */
   layerNorm(

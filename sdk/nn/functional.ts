@@ -13,6 +13,7 @@ import { DTypeError, ShapeError, ValueError } from "../errors/index.js";
 import * as E from "../autograd/ops/elementwise.js";
 import { embedding as embeddingOp } from "../autograd/ops/indexing.js";
 import { layerNorm as layerNormOp } from "../autograd/ops/norm.js";
+import { linear2d } from "../autograd/ops/linalg.js";
 import { arange, rand } from "../tensor/creation.js";
 import type { Generator } from "../tensor/random.js";
 import type { Tensor } from "../tensor/tensor.js";
@@ -28,6 +29,20 @@ export function linear(input: Tensor, weight: Tensor, bias?: Tensor | null): Ten
       `linear(): weight must be 1-D or 2-D ([outFeatures, inFeatures]), got shape ${shapeStr(weight.shape)}`,
     );
   let y: Tensor;
+  const fused =
+    input.ndim >= 2 &&
+    weight.ndim === 2 &&
+    input.dtype === weight.dtype &&
+    input.isFloatingPoint() &&
+    input.shape[input.ndim - 1] === weight.shape[1] &&
+    (!bias || (bias.ndim === 1 && bias.shape[0] === weight.shape[0] && bias.dtype === weight.dtype));
+  if (fused) {
+    // one node: the bias is added inside the GEMM (sdk/autograd/ops/linalg.ts linear2d)
+    const lead = input.shape.slice(0, -1);
+    const x2 = input.ndim === 2 ? input : input.reshape(-1, input.shape[input.ndim - 1]!);
+    const y2 = linear2d(x2, weight, bias ?? null);
+    return input.ndim === 2 ? y2 : y2.reshape([...lead, weight.shape[0]!]);
+  }
   if (input.ndim > 2 && weight.ndim === 2) {
     // NB: fold the batch dims into one so backward is one mm per operand, not a batched product summed over the batch.
     const lead = input.shape.slice(0, -1);

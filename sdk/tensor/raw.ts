@@ -206,6 +206,23 @@ export function matmul(a: Tensor, b: Tensor): Tensor {
   return new Tensor(out.storage, shape, contiguousStrides(shape), 0);
 }
 
+/**
+ * bias + a @ b for 2-D a [m, k] and b [k, n] of one float dtype and a bias of that dtype that
+ * broadcasts to [m, n] (torch.addmm): the bias is copied into the result and one GEMM adds the
+ * product to it (no separate add pass, no second [m, n] tensor).
+ */
+export function addmm(bias: Tensor, a: Tensor, b: Tensor): Tensor {
+  if (a.ndim !== 2 || b.ndim !== 2 || a.shape[1] !== b.shape[0])
+    throw new ShapeError(`addmm: expected a [m, k] and b [k, n], got ${shapeStr(a.shape)} and ${shapeStr(b.shape)}`);
+  if (a.dtype !== b.dtype || bias.dtype !== a.dtype)
+    throw new DTypeError(`addmm: bias, a and b must share a dtype, got ${bias.dtype}, ${a.dtype} and ${b.dtype}`);
+  const [m, k, n] = [a.shape[0]!, a.shape[1]!, b.shape[1]!];
+  const out = output([1, m, n], a.dtype);
+  getBackend().copy(expandTo(withLead(bias, 3), [1, m, n]), out);
+  getBackend().matmul(withLead(a, 3), withLead(b, 3), out, true);
+  return new Tensor(out.storage, [m, n], [n, 1], 0);
+}
+
 /** `t` with size-1 dims added in front up to rank `r`. */
 function withLead(t: Tensor, r: number): Tensor {
   if (t.ndim >= r) return t;

@@ -11,6 +11,7 @@ import {
   embedding,
   gelu,
   manualSeed,
+  nn,
   randn,
   stack,
   tensor,
@@ -89,6 +90,19 @@ const cases: Case[] = [
   ["matmul batch broadcast", () => [f64([2, 1, 3, 4]), f64([5, 4, 2])], (a, b) => a.matmul(b)],
   ["matmul transposed input", () => [f64([4, 3]), f64([4, 2])], (a, b) => a.t().matmul(b)],
   ["bmm", () => [f64([2, 3, 4]), f64([2, 4, 2])], (a, b) => a.bmm(b)],
+  // the fused rules: one-node linear (bias inside the GEMM), layerNorm's and (log-)softmax's kernels
+  [
+    "linear 3-D input with bias",
+    () => [f64([2, 3, 4]), f64([5, 4]), f64([5])],
+    (x, w, b) => nn.functional.linear(x, w, b),
+  ],
+  ["linear without bias", () => [f64([3, 4]), f64([2, 4])], (x, w) => nn.functional.linear(x, w)],
+  [
+    "layerNorm with weight and bias",
+    () => [f64([3, 5]), f64([5]), f64([5])],
+    (x, w, b) => nn.functional.layerNorm(x, [5], w, b).mul(tensor([1, -2, 3, 0.5, 2], { dtype: "float64" })),
+  ],
+  ["layerNorm without affine", () => [f64([2, 2, 4])], (x) => nn.functional.layerNorm(x, [4]).exp()],
   ["softmax", () => [f64([3, 4])], (a) => a.softmax(1)],
   ["softmax dim 0", () => [f64([3, 4])], (a) => a.softmax(0)],
   ["logSoftmax", () => [f64([2, 3, 4])], (a) => a.logSoftmax(-1)],

@@ -467,6 +467,27 @@ describe.skipIf(skip !== null)("native kernels: matmul, softmax, layerNorm", () 
     ).toThrow(TypeError);
   });
 
+  it("matmul with accumulate adds the product to out's contents (BLAS beta = 1), as the reference", () => {
+    for (const dtype of ["float32", "float64", "int32"] as const) {
+      const a = transposed(7, 11, dtype, 60);
+      const b = rand([1, 11, 5], dtype, 61);
+      const a3 = strided(a, [1, 7, 11], [0, ...a.strides]);
+      const init = rand([1, 7, 5], dtype, 62);
+      const got = like(init);
+      const want = like(init);
+      for (const t of [got, want]) (t.storage.data as Float64Array).set(init.storage.data as Float64Array);
+      n.matmul(view(a3), view(b), view(got), true);
+      ref.matmul(a3, b, want, true);
+      if (dtype === "int32") same(got, want);
+      else expect(maxErr(got, want, 11)).toBeLessThan(dtype === "float32" ? 1e-6 : 1e-14);
+      // K = 0 leaves out as it was
+      const z = like(init);
+      (z.storage.data as Float64Array).set(init.storage.data as Float64Array);
+      n.matmul(view(Tensor.empty([1, 7, 0], dtype)), view(Tensor.empty([1, 0, 5], dtype)), view(z), true);
+      same(z, init);
+    }
+  });
+
   it("matmul with 4-D operands: head-split batch dims that do not merge, and broadcast batch dims", () => {
     /** t [..., 1, ...] broadcast to `shape` (stride 0), as the op layer's expand. */
     const expand = (t: Tensor, shape: number[]) =>

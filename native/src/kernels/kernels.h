@@ -14,7 +14,8 @@
 //       out contiguous, x's shape with dims set to 1; its dtype may differ from x's (cast on store,
 //       e.g. bool -> int64 sums). Floats accumulate in float64, integers in int64.
 //   argReduce(op: "argmax"|"argmin", x: View, dim: number, out: View(i64))
-//   matmul(a: View[...,M,K], b: View[...,K,N], out: View[...,M,N])  // one rank >= 3; batch dims any strides, 1 broadcasts
+//   matmul(a: View[...,M,K], b: View[...,K,N], out: View[...,M,N], accumulate?: boolean)  // one rank >= 3;
+//       batch dims any strides, 1 broadcasts; accumulate: out += a @ b
 //   softmax(x: View, dim: number, log: boolean, out: View)     // float32/float64
 //   layerNorm(x: View[*, D] contiguous, weight: View[D]|null, bias: View[D]|null, eps: number,
 //             out: View, mean: View[rows]|null, rstd: View[rows]|null)  // biased variance

@@ -88,20 +88,20 @@ void SyncBlasThreads() {
 
 template <typename T>
 void Gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
-          int64_t ldb, T* C) {
+          int64_t ldb, T* C, bool accumulate) {
   if constexpr (std::is_same<T, float>::value)
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, N);
   else
-    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, A, lda, B, ldb, 0.0, C, N);
+    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, A, lda, B, ldb, accumulate ? 1.0 : 0.0, C, N);
 }
 
 template <typename T>
-void MatmulBlas(const View& a, const View& b, const View& out) {
+void MatmulBlas(const View& a, const View& b, const View& out, bool accumulate) {
   const int r = out.ndim();
   const int64_t M = out.shape[r - 2], N = out.shape[r - 1], K = a.shape[r - 1], B = out.numel() / (M * N);
   T* c = static_cast<T*>(out.data) + out.offset;
   if (K == 0) {
-    std::memset(c, 0, sizeof(T) * B * M * N);
+    if (!accumulate) std::memset(c, 0, sizeof(T) * B * M * N);
     return;
   }
   const MatArg ma = Classify(a), mb = Classify(b);
@@ -124,13 +124,13 @@ void MatmulBlas(const View& a, const View& b, const View& out) {
       Bm = static_cast<const T*>(b.data) + offB[bi];
     }
     Gemm<T>(ma.copy ? CblasNoTrans : ma.trans, mb.copy ? CblasNoTrans : mb.trans, M, N, K, A, ma.copy ? K : ma.ld,
-            Bm, mb.copy ? N : mb.ld, c + bi * M * N);
+            Bm, mb.copy ? N : mb.ld, c + bi * M * N, accumulate);
   }
 }
 
 // Integer dtypes: the reference's float64 accumulation, then the integer store.
 template <typename T>
-void MatmulLoop(const View& a, const View& b, const View& out) {
+void MatmulLoop(const View& a, const View& b, const View& out, bool accumulate) {
   const int r = out.ndim();
   const int64_t M = out.shape[r - 2], N = out.shape[r - 1], K = a.shape[r - 1], B = out.numel() / (M * N);
   const int64_t ars = a.strides[r - 2], acs = a.strides[r - 1], brs = b.strides[r - 2], bcs = b.strides[r - 1];
@@ -141,7 +141,7 @@ void MatmulLoop(const View& a, const View& b, const View& out) {
     const T* ab = static_cast<const T*>(a.data) + offA[bi];
     const T* bb = static_cast<const T*>(b.data) + offB[bi];
     for (int64_t i = 0; i < M; ++i) {
-      std::fill(row.begin(), row.end(), 0.0);
+      for (int64_t j = 0; j < N; ++j) row[j] = accumulate ? static_cast<double>(c[(bi * M + i) * N + j]) : 0.0;
       for (int64_t k = 0; k < K; ++k) {
         const double aik = static_cast<double>(ab[i * ars + k * acs]);
         for (int64_t j = 0; j < N; ++j) row[j] += aik * static_cast<double>(bb[k * brs + j * bcs]);
@@ -151,7 +151,7 @@ void MatmulLoop(const View& a, const View& b, const View& out) {
   }
 }
 
-// matmul(a, b, out)
+// matmul(a, b, out, accumulate?): out = a @ b, or out += a @ b (BLAS beta = 1) when accumulate
 Napi::Value Matmul(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   View a = ParseView(info[0], "a"), b = ParseView(info[1], "b"), out = ParseView(info[2], "out");
@@ -164,13 +164,14 @@ Napi::Value Matmul(const Napi::CallbackInfo& info) {
   if (!ok) ThrowType(env, "matmul: shapes do not match a [..., M, K] @ b [..., K, N] -> out [..., M, N]");
   if (a.dtype != b.dtype || a.dtype != out.dtype) ThrowType(env, "matmul: a, b and out must share a dtype");
   if (!out.contiguous()) ThrowType(env, "matmul: out must be contiguous");
+  const bool accumulate = info.Length() > 3 && info[3].ToBoolean().Value();
   if (out.numel() == 0) return env.Undefined();
   switch (a.dtype) {
-    case DType::F32: MatmulBlas<float>(a, b, out); break;
-    case DType::F64: MatmulBlas<double>(a, b, out); break;
-    case DType::I32: MatmulLoop<int32_t>(a, b, out); break;
-    case DType::I64: MatmulLoop<int64_t>(a, b, out); break;
-    case DType::U8: MatmulLoop<uint8_t>(a, b, out); break;
+    case DType::F32: MatmulBlas<float>(a, b, out, accumulate); break;
+    case DType::F64: MatmulBlas<double>(a, b, out, accumulate); break;
+    case DType::I32: MatmulLoop<int32_t>(a, b, out, accumulate); break;
+    case DType::I64: MatmulLoop<int64_t>(a, b, out, accumulate); break;
+    case DType::U8: MatmulLoop<uint8_t>(a, b, out, accumulate); break;
   }
   return env.Undefined();
 }

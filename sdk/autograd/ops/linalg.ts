@@ -43,6 +43,26 @@ export function matmul(a: Tensor, b: Tensor): Tensor {
   );
 }
 
+/**
+ * x Wᵀ + b for 2-D x [m, in], W [out, in] and b [out] (or null) of one dtype, as one node (torch's
+ * addmm path of F.linear): the bias rides in the GEMM, and the backward is two products and a sum.
+ */
+export function linear2d(x: Tensor, w: Tensor, b: Tensor | null): Tensor {
+  const wT = mT(w);
+  const out = b ? raw.addmm(b, x, wT) : raw.matmul(x, wT);
+  return record(
+    b ? "AddmmBackward0" : "MmBackward0",
+    out,
+    [x, w, b],
+    (g, needs) => [
+      needs[0] ? raw.matmul(g, w) : null,
+      needs[1] ? raw.matmul(mT(g), x) : null,
+      needs[2] ? raw.reduce("sum", g, [0], false) : null,
+    ],
+    [x, w],
+  );
+}
+
 /** Batched matrix product of two 3-D tensors with equal batch sizes (no broadcasting), as torch.bmm. */
 export function bmm(a: Tensor, b: Tensor): Tensor {
   if (a.ndim !== 3 || b.ndim !== 3)

@@ -124,8 +124,10 @@ export interface Backend {
    * Batched matmul: a [...batch, M, K] @ b [...batch, K, N] -> out [...batch, M, N], one rank >= 3.
    * a's and b's batch dims are out's (broadcast ones with stride 0) and may have any strides (e.g.
    * a head-split view [B, heads, T, hs] of a [B, T, 3C] projection): kernels must not need them merged.
+   * With `accumulate`, out's contents are kept and the product added to them (BLAS's beta = 1; a
+   * linear layer's bias this way costs no extra pass); otherwise they are undefined on entry.
    */
-  matmul(a: TensorView, b: TensorView, out: TensorView): void;
+  matmul(a: TensorView, b: TensorView, out: TensorView, accumulate?: boolean): void;
 
   /** (log-)softmax along `dim`; out has x's shape. */
   softmax(x: TensorView, dim: number, log: boolean, out: TensorView): void;

@@ -28,7 +28,7 @@ export interface NativeKernels {
   where(cond: KernelView, a: KernelView, b: KernelView, out: KernelView): void;
   reduce(op: string, x: KernelView, dims: readonly number[], out: KernelView): void;
   argReduce(op: string, x: KernelView, dim: number, out: KernelView): void;
-  matmul(a: KernelView, b: KernelView, out: KernelView): void;
+  matmul(a: KernelView, b: KernelView, out: KernelView, accumulate?: boolean): void;
   softmax(x: KernelView, dim: number, log: boolean, out: KernelView): void;
   softmaxBackward(y: KernelView, g: KernelView, log: boolean, gx: KernelView): void;
   indexSelect(x: KernelView, dim: number, index: KernelView, out: KernelView): void;
@@ -161,11 +161,12 @@ export class NativeBackend implements Backend {
     else this.ts.argReduce(op, x, dim, out);
   }
 
-  matmul(a: TensorView, b: TensorView, out: TensorView): void {
+  matmul(a: TensorView, b: TensorView, out: TensorView, accumulate = false): void {
     // NB: even small matmuls win natively once K is large; route by work, not by output size.
     const work = numelOf(out.shape) * (a.shape[a.shape.length - 1] ?? 1);
-    if (work >= this.minNumel && this.floats(a, b) && a.dtype === b.dtype) this.k.matmul(kv(a), kv(b), kv(out));
-    else this.ts.matmul(a, b, out);
+    if (work >= this.minNumel && this.floats(a, b) && a.dtype === b.dtype)
+      this.k.matmul(kv(a), kv(b), kv(out), accumulate);
+    else this.ts.matmul(a, b, out, accumulate);
   }
 
   softmax(x: TensorView, dim: number, log: boolean, out: TensorView): void {

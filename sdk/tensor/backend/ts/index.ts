@@ -276,7 +276,7 @@ export class TsBackend implements Backend {
     commit();
   }
 
-  matmul(a: TensorView, b: TensorView, out: TensorView): void {
+  matmul(a: TensorView, b: TensorView, out: TensorView, accumulate = false): void {
     // batch dims (any strides, broadcast ones expanded by the view) are flattened by readContig
     const r = out.shape.length;
     const [M, N, K] = [out.shape[r - 2]!, out.shape[r - 1]!, a.shape[r - 1]!];
@@ -289,7 +289,8 @@ export class TsBackend implements Backend {
       const aBase = bi * M * K;
       const bBase = bi * K * N;
       for (let i = 0; i < M; i++) {
-        row.fill(0);
+        const oRow = (bi * M + i) * N;
+        for (let j = 0; j < N; j++) row[j] = accumulate ? o[oRow + j]! : 0;
         for (let k = 0; k < K; k++) {
           const aik = av[aBase + i * K + k]!;
           if (aik === 0) continue;
