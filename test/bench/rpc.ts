@@ -16,7 +16,8 @@
  *    warm-up, then trials of a batch of calls, per-call time = median over trials (as common.py,
  *    with fewer repetitions so the section stays short); GB/s counts the bytes both ways.
  *    rpcAsync: 4,000 calls kept 64 in flight, calls/s = median over trials.
- * 3. Ratios: latency torch/tprpc and throughput tprpc/torch, so > 1 means tprpc is faster; "ratio"
+ * 3. raw tcp (./tcp_floor.ts): the same sizes echoed over one loopback socket with no RPC, the floor.
+ * 4. Ratios: latency torch/tprpc and throughput tprpc/torch, so > 1 means tprpc is faster; "ratio"
  *    against TensorPipe's default, "ratio/tcp" against TensorPipe over TCP.
  */
 import { rpc } from "../../sdk/index.js";
@@ -35,6 +36,7 @@ import {
   runReference,
   timeCell,
 } from "./rpc_common.js";
+import { tcpFloor } from "./tcp_floor.js";
 
 /** (warm-up calls, trials, calls per trial) for a payload size, as common.py's plan() but shorter. */
 function plan(nbytes: number, quick: boolean): Plan {
@@ -97,6 +99,7 @@ export async function rpcBench(quick: boolean): Promise<void> {
   const torchTcp = noTorch ? "skipped (--no-torch)" : runReference("torch-tcp");
   const torchWall = now() - wall;
   const ours = await runTprpc(quick);
+  const floor = await tcpFloor(SIZES, (n) => plan(n, quick));
   const t = typeof torch === "string" ? undefined : torch.figures;
   const tt = typeof torchTcp === "string" ? undefined : torchTcp.figures;
 
@@ -110,11 +113,14 @@ export async function rpcBench(quick: boolean): Promise<void> {
   else console.log(`PyTorch RPC: ${torch.header}; TensorPipe default = shm transport + cma channel on one host`);
   if (typeof torchTcp === "string") console.log(`PyTorch RPC over TCP unavailable (${torchTcp})`);
   else console.log("torch/tcp: the same script with TensorPipe pinned to its uv (TCP) transport and basic channel");
+  console.log(
+    "raw tcp: the same bytes echoed over one loopback socket by two Node processes, no RPC (the wire's floor)",
+  );
   console.log("ratios: > 1 means tprpc is faster (latency torch/tprpc, throughput tprpc/torch)");
   console.log("");
   const head =
     "rpcSync identity round trip".padEnd(30) +
-    ["tprpc", "torch", "torch/tcp"].map((h) => h.padStart(26)).join("") +
+    ["tprpc", "torch", "torch/tcp", "raw tcp"].map((h) => h.padStart(26)).join("") +
     ["ratio", "ratio/tcp"].map((h) => h.padStart(10)).join("");
   console.log(head);
   console.log("-".repeat(head.length));
@@ -124,7 +130,7 @@ export async function rpcBench(quick: boolean): Promise<void> {
     const rt = tt?.sync.get(n);
     console.log(
       fmtBytes(n).padEnd(30) +
-        [o, r, rt].map((x) => cell(x, n).padStart(26)).join("") +
+        [o, r, rt, floor.get(n)].map((x) => cell(x, n).padStart(26)).join("") +
         [r, rt].map((x) => fmtRatio(o && x ? x / o : undefined).padStart(10)).join(""),
     );
   }
