@@ -143,6 +143,8 @@ export interface NativeBinding {
   ): void;
   /** (log-)softmax backward along the last dim of contiguous views (native/src/kernels/fused.cc). */
   softmaxBackward(y: NativeView, g: NativeView, log: boolean, gx: NativeView): void;
+  /** softmax(where(mask, -inf, x / divisor)) along the last dim; mask a contiguous bool [T, S] (softmax.cc). */
+  maskedSoftmax(x: NativeView, mask: NativeView, divisor: number, out: NativeView): void;
   indexSelect(x: NativeView, dim: number, index: NativeView, out: NativeView): void;
   gather(x: NativeView, dim: number, index: NativeView, out: NativeView): void;
   scatterAdd(dst: NativeView, dim: number, index: NativeView, src: NativeView): void;
@@ -196,6 +198,7 @@ export const NATIVE_FUNCTIONS = [
   "layerNormBackward",
   "adamStep",
   "softmaxBackward",
+  "maskedSoftmax",
   "indexSelect",
   "gather",
   "scatterAdd",

@@ -242,6 +242,24 @@ export function softmax(x: Tensor, dim: number, log: boolean): Tensor {
   return out;
 }
 
+/**
+ * softmax(where(mask, -inf, x / divisor)) along the last dim of a float x [..., T, S], with a bool
+ * mask [T, S] (true = masked) shared by the leading dims: attention's scores to weights in one pass.
+ */
+export function maskedSoftmax(x: Tensor, mask: Tensor, divisor: number): Tensor {
+  const T = x.shape[x.ndim - 2];
+  const S = x.shape[x.ndim - 1];
+  if (x.ndim < 2 || mask.ndim !== 2 || mask.shape[0] !== T || mask.shape[1] !== S)
+    throw new ShapeError(
+      `maskedSoftmax: expected x [..., T, S] and a mask [T, S], got ${shapeStr(x.shape)} and ${shapeStr(mask.shape)}`,
+    );
+  if (mask.dtype !== "bool") throw new DTypeError(`maskedSoftmax: the mask must be bool, got ${mask.dtype}`);
+  if (!isFloating(x.dtype)) throw new DTypeError(`maskedSoftmax: expected a floating point x, got ${x.dtype}`);
+  const out = output(x.shape, x.dtype);
+  getBackend().maskedSoftmax(contiguous(x), mask, divisor, out);
+  return out;
+}
+
 /** The (log-)softmax backward (Backend.softmaxBackward): gx from the forward's output y and its gradient g. */
 export function softmaxBackward(y: Tensor, g: Tensor, dim: number, log: boolean): Tensor {
   const out = output(y.shape, y.dtype);

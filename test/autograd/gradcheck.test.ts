@@ -17,6 +17,7 @@ import {
   tensor,
   where,
 } from "../../sdk/index.js";
+import { maskedSoftmax } from "../../sdk/autograd/ops/indexing.js";
 import { describeEachBackend } from "../helpers.js";
 
 const f64 = (shape: number[], opts: { positive?: boolean; awayFromZero?: boolean } = {}): Tensor => {
@@ -103,6 +104,20 @@ const cases: Case[] = [
     (x, w, b) => nn.functional.layerNorm(x, [5], w, b).mul(tensor([1, -2, 3, 0.5, 2], { dtype: "float64" })),
   ],
   ["layerNorm without affine", () => [f64([2, 2, 4])], (x) => nn.functional.layerNorm(x, [4]).exp()],
+  [
+    "maskedSoftmax (attention's fused weights)",
+    () => [f64([2, 3, 4])],
+    (a) =>
+      maskedSoftmax(
+        a,
+        tensor([
+          [0, 1, 1, 1],
+          [0, 0, 1, 1],
+          [0, 0, 0, 0],
+        ]).bool(),
+        1.7,
+      ).mul(tensor([0.3, -1.2, 2, 0.7, 1.1, -0.4, 0.9, 1.6, -2, 0.5, 1.3, -0.8], { dtype: "float64" }).reshape([3, 4])),
+  ],
   ["softmax", () => [f64([3, 4])], (a) => a.softmax(1)],
   ["softmax dim 0", () => [f64([3, 4])], (a) => a.softmax(0)],
   ["logSoftmax", () => [f64([2, 3, 4])], (a) => a.logSoftmax(-1)],

@@ -630,114 +630,143 @@ describe.skipIf(skip !== null)("native kernels: matmul, softmax, layerNorm", () 
 
 // ---- fused training kernels -----------------------------------------------------------------
 
-describe.skipIf(skip !== null)("native kernels: adamStep, layerNormBackward and softmaxBackward (fused.cc)", () => {
-  const n = native as NativeBinding;
+describe.skipIf(skip !== null)(
+  "native kernels: adamStep, layerNormBackward, softmaxBackward (fused.cc) and maskedSoftmax",
+  () => {
+    const n = native as NativeBinding;
 
-  it("layerNormBackward matches the reference backend, with and without weight, any subset of outputs", () => {
-    for (const dtype of ["float32", "float64"] as const) {
-      const [R, D] = [37, 130];
-      const x = rand([R, D], dtype, 130, 2, 4);
-      const g = rand([R, D], dtype, 131);
-      const w = rand([D], dtype, 132);
-      const mean = Tensor.empty([R], dtype);
-      const rstd = Tensor.empty([R], dtype);
-      ref.layerNorm(x, w, null, 1e-5, like(x), mean, rstd);
-      for (const wt of [w, null])
-        for (const outs of [
-          [true, true, true],
-          [true, false, false],
-          [false, true, true],
-        ]) {
-          const make = (on: boolean, shape: number[]) => (on ? Tensor.empty(shape, dtype) : null);
-          const got = [make(outs[0]!, [R, D]), make(outs[1]!, [D]), make(outs[2]!, [D])] as const;
-          const want = [make(outs[0]!, [R, D]), make(outs[1]!, [D]), make(outs[2]!, [D])] as const;
-          const opt = (t: Tensor | null) => (t ? view(t) : null);
-          n.layerNormBackward(view(g), view(x), view(mean), view(rstd), opt(wt), opt(got[0]), opt(got[1]), opt(got[2]));
-          ref.layerNormBackward(g, x, mean, rstd, wt, want[0], want[1], want[2]);
-          // NB: the float64 sums run in another order (and gx's float32 means may round apart by an ulp)
-          for (let i = 0; i < 3; i++) if (got[i]) close(got[i]!, want[i]!, dtype === "float32" ? 2e-5 : 1e-12, 1);
+    it("layerNormBackward matches the reference backend, with and without weight, any subset of outputs", () => {
+      for (const dtype of ["float32", "float64"] as const) {
+        const [R, D] = [37, 130];
+        const x = rand([R, D], dtype, 130, 2, 4);
+        const g = rand([R, D], dtype, 131);
+        const w = rand([D], dtype, 132);
+        const mean = Tensor.empty([R], dtype);
+        const rstd = Tensor.empty([R], dtype);
+        ref.layerNorm(x, w, null, 1e-5, like(x), mean, rstd);
+        for (const wt of [w, null])
+          for (const outs of [
+            [true, true, true],
+            [true, false, false],
+            [false, true, true],
+          ]) {
+            const make = (on: boolean, shape: number[]) => (on ? Tensor.empty(shape, dtype) : null);
+            const got = [make(outs[0]!, [R, D]), make(outs[1]!, [D]), make(outs[2]!, [D])] as const;
+            const want = [make(outs[0]!, [R, D]), make(outs[1]!, [D]), make(outs[2]!, [D])] as const;
+            const opt = (t: Tensor | null) => (t ? view(t) : null);
+            n.layerNormBackward(
+              view(g),
+              view(x),
+              view(mean),
+              view(rstd),
+              opt(wt),
+              opt(got[0]),
+              opt(got[1]),
+              opt(got[2]),
+            );
+            ref.layerNormBackward(g, x, mean, rstd, wt, want[0], want[1], want[2]);
+            // NB: the float64 sums run in another order (and gx's float32 means may round apart by an ulp)
+            for (let i = 0; i < 3; i++) if (got[i]) close(got[i]!, want[i]!, dtype === "float32" ? 2e-5 : 1e-12, 1);
+          }
+      }
+      const x = rand([2, 3], "float32", 1);
+      expect(() =>
+        n.layerNormBackward(
+          view(x),
+          view(x),
+          view(rand([2], "float32", 2)),
+          view(rand([3], "float32", 3)),
+          null,
+          null,
+          null,
+          null,
+        ),
+      ).toThrow(TypeError);
+    });
+
+    it("softmaxBackward and its log form match the reference backend along the last dim", () => {
+      for (const dtype of ["float32", "float64"] as const) {
+        const x = rand([3, 5, 70], dtype, 150, -6, 6);
+        const g = rand([3, 5, 70], dtype, 151);
+        for (const log of [false, true]) {
+          const y = like(x);
+          ref.softmax(x, 2, log, y);
+          const got = like(x);
+          const want = like(x);
+          n.softmaxBackward(view(y), view(g), log, view(got));
+          ref.softmaxBackward(y, g, 2, log, want);
+          // NB: the row sums run in another order; exp is glibc's vs V8's in the log form
+          close(got, want, dtype === "float32" ? 1e-5 : 1e-12, 1e-3);
         }
-    }
-    const x = rand([2, 3], "float32", 1);
-    expect(() =>
-      n.layerNormBackward(
-        view(x),
-        view(x),
-        view(rand([2], "float32", 2)),
-        view(rand([3], "float32", 3)),
-        null,
-        null,
-        null,
-        null,
-      ),
-    ).toThrow(TypeError);
-  });
+      }
+      const t = rand([2, 3], "float32", 1);
+      expect(() => n.softmaxBackward(view(t), view(transposed(2, 3, "float32", 2)), false, view(like(t)))).toThrow(
+        TypeError,
+      );
+    });
 
-  it("softmaxBackward and its log form match the reference backend along the last dim", () => {
-    for (const dtype of ["float32", "float64"] as const) {
-      const x = rand([3, 5, 70], dtype, 150, -6, 6);
-      const g = rand([3, 5, 70], dtype, 151);
-      for (const log of [false, true]) {
-        const y = like(x);
-        ref.softmax(x, 2, log, y);
+    it("maskedSoftmax equals the reference backend (div, mask, softmax), fully masked rows and NaN included", () => {
+      for (const dtype of ["float32", "float64"] as const) {
+        const [T, S] = [6, 7];
+        const x = rand([2, 3, T, S], dtype, 160, -8, 8);
+        (x.storage.data as Float32Array)[S * 2 + 3] = NaN; // one NaN row
+        const mask = rand([T, S], "bool", 161, -1, 1);
+        for (let j = 0; j < S; j++) (mask.storage.data as Uint8Array)[4 * S + j] = 1; // row 4 fully masked
         const got = like(x);
         const want = like(x);
-        n.softmaxBackward(view(y), view(g), log, view(got));
-        ref.softmaxBackward(y, g, 2, log, want);
-        // NB: the row sums run in another order; exp is glibc's vs V8's in the log form
-        close(got, want, dtype === "float32" ? 1e-5 : 1e-12, 1e-3);
+        n.maskedSoftmax(view(x), view(mask), Math.sqrt(8), view(got));
+        ref.maskedSoftmax(x, mask, Math.sqrt(8), want);
+        close(got, want, dtype === "float32" ? 4e-6 : 1e-13, 1e-30);
       }
-    }
-    const t = rand([2, 3], "float32", 1);
-    expect(() => n.softmaxBackward(view(t), view(transposed(2, 3, "float32", 2)), false, view(like(t)))).toThrow(
-      TypeError,
-    );
-  });
+      const x = rand([2, 3], "float32", 1);
+      expect(() => n.maskedSoftmax(view(x), view(rand([3, 2], "bool", 2)), 1, view(like(x)))).toThrow(TypeError);
+    });
 
-  it("adamStep equals the reference backend exactly: AdamW, Adam with L2, amsgrad, maximize, specials", () => {
-    for (const dtype of ["float32", "float64"] as const)
-      for (const [decay, l2, amsgrad, maximize] of [
-        [1 - 3e-3 * 0.01, 0, false, false],
-        [1, 0.1, true, false],
-        [1 - 1e-3, 0, true, true],
-      ] as const) {
-        const N = 1000;
-        const init = [rand([N], dtype, 140, -2, 2, true), rand([N], dtype, 141), rand([N], dtype, 142, -0.1, 0.1)];
-        const vs = rand([N], dtype, 143, 0, 0.02);
-        const vmax = rand([N], dtype, 144, 0, 0.03);
-        const clone = (t: Tensor) => {
-          const c = like(t);
-          (c.storage.data as Float64Array).set(t.storage.data as Float64Array);
-          return c;
-        };
-        const copies = () => [...init, vs, vmax].map(clone);
-        const [pG, gG, mG, vG, xG] = copies() as [Tensor, Tensor, Tensor, Tensor, Tensor];
-        const [pW, gW, mW, vW, xW] = copies() as [Tensor, Tensor, Tensor, Tensor, Tensor];
-        const h = {
-          decay,
-          l2,
-          beta1: 0.9,
-          oneMinusBeta1: 1 - 0.9,
-          beta2: 0.999,
-          oneMinusBeta2: 1 - 0.999,
-          bc2Sqrt: Math.sqrt(1 - 0.999 ** 3),
-          eps: 1e-8,
-          negStepSize: -(3e-3 / (1 - 0.9 ** 3)),
-          maximize,
-        };
-        n.adamStep(view(pG), view(gG), view(mG), view(vG), amsgrad ? view(xG) : null, h.decay, h.l2, h.beta1,
+    it("adamStep equals the reference backend exactly: AdamW, Adam with L2, amsgrad, maximize, specials", () => {
+      for (const dtype of ["float32", "float64"] as const)
+        for (const [decay, l2, amsgrad, maximize] of [
+          [1 - 3e-3 * 0.01, 0, false, false],
+          [1, 0.1, true, false],
+          [1 - 1e-3, 0, true, true],
+        ] as const) {
+          const N = 1000;
+          const init = [rand([N], dtype, 140, -2, 2, true), rand([N], dtype, 141), rand([N], dtype, 142, -0.1, 0.1)];
+          const vs = rand([N], dtype, 143, 0, 0.02);
+          const vmax = rand([N], dtype, 144, 0, 0.03);
+          const clone = (t: Tensor) => {
+            const c = like(t);
+            (c.storage.data as Float64Array).set(t.storage.data as Float64Array);
+            return c;
+          };
+          const copies = () => [...init, vs, vmax].map(clone);
+          const [pG, gG, mG, vG, xG] = copies() as [Tensor, Tensor, Tensor, Tensor, Tensor];
+          const [pW, gW, mW, vW, xW] = copies() as [Tensor, Tensor, Tensor, Tensor, Tensor];
+          const h = {
+            decay,
+            l2,
+            beta1: 0.9,
+            oneMinusBeta1: 1 - 0.9,
+            beta2: 0.999,
+            oneMinusBeta2: 1 - 0.999,
+            bc2Sqrt: Math.sqrt(1 - 0.999 ** 3),
+            eps: 1e-8,
+            negStepSize: -(3e-3 / (1 - 0.9 ** 3)),
+            maximize,
+          };
+          n.adamStep(view(pG), view(gG), view(mG), view(vG), amsgrad ? view(xG) : null, h.decay, h.l2, h.beta1,
           h.oneMinusBeta1, h.beta2, h.oneMinusBeta2, h.bc2Sqrt, h.eps, h.negStepSize, h.maximize); // prettier-ignore
-        ref.adamStep(pW, gW, mW, vW, amsgrad ? xW : null, h);
-        for (const [a, b] of [
-          [pG, pW],
-          [mG, mW],
-          [vG, vW],
-          [xG, xW],
-        ] as const)
-          same(a, b);
-      }
-  });
-});
+          ref.adamStep(pW, gW, mW, vW, amsgrad ? xW : null, h);
+          for (const [a, b] of [
+            [pG, pW],
+            [mG, mW],
+            [vG, vW],
+            [xG, xW],
+          ] as const)
+            same(a, b);
+        }
+    });
+  },
+);
 
 // ---- indexing, copy, fill --------------------------------------------------------------------
 

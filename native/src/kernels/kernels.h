@@ -17,6 +17,8 @@
 //   matmul(a: View[...,M,K], b: View[...,K,N], out: View[...,M,N], accumulate?: boolean)  // one rank >= 3;
 //       batch dims any strides, 1 broadcasts; accumulate: out += a @ b
 //   softmax(x: View, dim: number, log: boolean, out: View)     // float32/float64
+//   maskedSoftmax(x: View[..., T, S], mask: View(u8)[T, S], divisor: number, out: View)
+//       softmax(where(mask, -inf, x / divisor)) along the last dim; x contiguous, mask contiguous
 //   layerNorm(x: View[*, D] contiguous, weight: View[D]|null, bias: View[D]|null, eps: number,
 //             out: View, mean: View[rows]|null, rstd: View[rows]|null)  // biased variance
 //   indexSelect(x, dim, index(i64|i32, 1-D), out); gather(x, dim, index, out); scatterAdd(dst, dim, index, src)

@@ -1,5 +1,5 @@
-// Softmax / log-softmax along one dim, and a fused layer norm over the last
-// dim. Softmax is the stable form of the reference: subtract the row max (0
+// Softmax / log-softmax along one dim, attention's masked and scaled softmax,
+// and a fused layer norm over the last dim. Softmax is the stable form of the reference: subtract the row max (0
 // for an all -inf row), exponentiate, normalise by the float64 sum; a NaN
 // anywhere in a row makes the whole row NaN. Rows contiguous along `dim` use
 // the vector kernels (vmath.h), and so do contiguous float32 tensors along
@@ -144,6 +144,45 @@ Napi::Value Softmax(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// maskedSoftmax(x, mask, divisor, out): attention's softmax(where(mask, -inf, x / divisor)) along the
+// last dim of a contiguous x [..., T, S]; mask (uint8, true = masked) is a contiguous [T, S] matrix
+// shared by every leading index. Each row is written divided and masked into out first, then
+// normalised in place by the row kernels above, so the result equals the three-op composite.
+template <typename T>
+void MaskedSoftmaxRows(const T* x, const uint8_t* mask, double divisor, T* y, int64_t rows, int64_t T_, int64_t S) {
+  const T d = static_cast<T>(divisor);
+  const vmath::F32Kernels& vk = vmath::F32();
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * S;
+    const uint8_t* mr = mask + (r % T_) * S;
+    T* yr = y + r * S;
+    for (int64_t j = 0; j < S; ++j) yr[j] = mr[j] ? static_cast<T>(-INFINITY) : xr[j] / d;
+    if constexpr (std::is_same<T, float>::value) SoftmaxRowF32(vk, yr, yr, S, false);
+    else SoftmaxRowStrided<T>(yr, 1, yr, 1, S, false);
+  }
+}
+
+Napi::Value MaskedSoftmax(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  View x = ParseView(info[0], "x"), mask = ParseView(info[1], "mask");
+  if (!info[2].IsNumber()) ThrowType(env, "maskedSoftmax: divisor must be a number");
+  const double divisor = info[2].As<Napi::Number>().DoubleValue();
+  View out = ParseView(info[3], "out");
+  if (x.ndim() < 2 || !x.contiguous() || (x.dtype != DType::F32 && x.dtype != DType::F64))
+    ThrowType(env, "maskedSoftmax: x must be a contiguous float32/float64 tensor [..., T, S]");
+  CheckShape(env, out, x.shape, "maskedSoftmax", "out");
+  if (out.dtype != x.dtype || !out.contiguous()) ThrowType(env, "maskedSoftmax: out must be contiguous with x's dtype");
+  const int64_t T_ = x.shape[x.ndim() - 2], S = x.shape.back();
+  if (mask.dtype != DType::U8 || mask.ndim() != 2 || mask.shape[0] != T_ || mask.shape[1] != S || !mask.contiguous())
+    ThrowType(env, "maskedSoftmax: mask must be a contiguous bool [T, S] matrix");
+  const int64_t rows = S ? x.numel() / S : 0;
+  if (x.dtype == DType::F32)
+    MaskedSoftmaxRows<float>(x.ptr<float>(), mask.ptr<uint8_t>(), divisor, out.ptr<float>(), rows, T_, S);
+  else
+    MaskedSoftmaxRows<double>(x.ptr<double>(), mask.ptr<uint8_t>(), divisor, out.ptr<double>(), rows, T_, S);
+  return env.Undefined();
+}
+
 // layerNorm(x, weight|null, bias|null, eps, out, mean|null, rstd|null): over the last dim D of a
 // contiguous x; mean and rstd ([rows], x's dtype) receive the statistics (biased variance).
 template <typename T>
@@ -221,6 +260,7 @@ Napi::Value LayerNorm(const Napi::CallbackInfo& info) {
 void RegisterSoftmax(Napi::Env env, Napi::Object exports) {
   exports.Set("softmax", Napi::Function::New(env, kern::Softmax));
   exports.Set("layerNorm", Napi::Function::New(env, kern::LayerNorm));
+  exports.Set("maskedSoftmax", Napi::Function::New(env, kern::MaskedSoftmax));
 }
 
 }  // namespace tprpc

@@ -3,6 +3,7 @@
  * embedding lookup, and (log-)softmax, whose backward needs only its output.
  */
 import { DTypeError } from "../../errors/index.js";
+import { getBackend } from "../../tensor/backend/registry.js";
 import * as raw from "../../tensor/raw.js";
 import { contiguousStrides, normDim } from "../../tensor/shape.js";
 import type { Tensor } from "../../tensor/tensor.js";
@@ -86,6 +87,27 @@ export function softmax(x: Tensor, dim: number): Tensor {
   const d = normDim(dim, x.ndim);
   const out = raw.softmax(x, d, false);
   return record("SoftmaxBackward0", out, [x], (g) => [raw.softmaxBackward(out, g, d, false)], [out]);
+}
+
+/**
+ * Attention's weights softmax(where(mask, -inf, x / divisor)) along the last dim, as one node: the
+ * same numbers as div, maskedFill and softmax, with one tensor saved and one allocated each way.
+ * The backward is softmax's, divided by the divisor (masked positions have y = 0, so gradient 0).
+ */
+export function maskedSoftmax(x: Tensor, mask: Tensor, divisor: number): Tensor {
+  const out = raw.maskedSoftmax(x, mask, divisor);
+  return record(
+    "MaskedSoftmaxBackward",
+    out,
+    [x],
+    (g) => {
+      const gx = raw.softmaxBackward(out, g, out.ndim - 1, false);
+      // NB: divided in place (gx is fresh; an elementwise out may alias an input)
+      getBackend().binary("div", gx, raw.expandTo(raw.scalarTensor(divisor, gx.dtype), gx.shape), gx);
+      return [gx];
+    },
+    [out],
+  );
 }
 
 export function logSoftmax(x: Tensor, dim: number): Tensor {

@@ -133,6 +133,13 @@ export interface Backend {
   softmax(x: TensorView, dim: number, log: boolean, out: TensorView): void;
 
   /**
+   * Attention's softmax(where(mask, -inf, x / divisor)) along the last dim of a contiguous float x
+   * [..., T, S]; mask is a bool [T, S] view shared by every leading index (true = masked). Equals
+   * the div, where and softmax composite. out has x's shape.
+   */
+  maskedSoftmax(x: TensorView, mask: TensorView, divisor: number, out: TensorView): void;
+
+  /**
    * The backward of (log-)softmax along `dim`, given its output y and the output's gradient g
    * (both x's shape): softmax gx = y (g - Σ g y), logSoftmax gx = g - exp(y) Σ g, the sums along
    * dim accumulated in float64 and rounded to the dtype. out has y's shape.

@@ -31,6 +31,7 @@ export interface NativeKernels {
   matmul(a: KernelView, b: KernelView, out: KernelView, accumulate?: boolean): void;
   softmax(x: KernelView, dim: number, log: boolean, out: KernelView): void;
   softmaxBackward(y: KernelView, g: KernelView, log: boolean, gx: KernelView): void;
+  maskedSoftmax(x: KernelView, mask: KernelView, divisor: number, out: KernelView): void;
   indexSelect(x: KernelView, dim: number, index: KernelView, out: KernelView): void;
   gather(x: KernelView, dim: number, index: KernelView, out: KernelView): void;
   scatterAdd(dst: KernelView, dim: number, index: KernelView, src: KernelView): void;
@@ -172,6 +173,13 @@ export class NativeBackend implements Backend {
   softmax(x: TensorView, dim: number, log: boolean, out: TensorView): void {
     if (this.big(x) && this.floats(x) && x.dtype === out.dtype) this.k.softmax(kv(x), dim, log, kv(out));
     else this.ts.softmax(x, dim, log, out);
+  }
+
+  maskedSoftmax(x: TensorView, mask: TensorView, divisor: number, out: TensorView): void {
+    const c = (t: TensorView) => isContiguous(t.shape, t.strides);
+    if (this.big(x) && this.floats(x) && mask.dtype === "bool" && mask.shape.length === 2 && c(x) && c(mask))
+      this.k.maskedSoftmax(kv(x), kv(mask), divisor, kv(out));
+    else this.ts.maskedSoftmax(x, mask, divisor, out);
   }
 
   softmaxBackward(y: TensorView, g: TensorView, dim: number, log: boolean, out: TensorView): void {

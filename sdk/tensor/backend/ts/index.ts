@@ -137,6 +137,33 @@ function indexValues(index: TensorView, size: number, dim: number): NumArray {
   return idx;
 }
 
+/** (log-)softmax of the row-major values `a` (shape `shape`) along `dim`, into `o`. */
+function softmaxInto(
+  a: NumArray | Float64Array,
+  shape: readonly number[],
+  dim: number,
+  log: boolean,
+  o: NumArray,
+): void {
+  const [outer, size, inner] = around(shape, dim);
+  for (let p = 0; p < outer; p++) {
+    for (let q = 0; q < inner; q++) {
+      const base = p * size * inner + q;
+      let mx = Number.NEGATIVE_INFINITY;
+      for (let k = 0; k < size; k++) mx = Math.max(mx, a[base + k * inner]!);
+      if (mx === Number.NEGATIVE_INFINITY) mx = 0;
+      let sum = 0;
+      for (let k = 0; k < size; k++) sum += Math.exp(a[base + k * inner]! - mx);
+      if (log) {
+        const lse = Math.log(sum) + mx;
+        for (let k = 0; k < size; k++) o[base + k * inner] = a[base + k * inner]! - lse;
+      } else {
+        for (let k = 0; k < size; k++) o[base + k * inner] = Math.exp(a[base + k * inner]! - mx) / sum;
+      }
+    }
+  }
+}
+
 /** Rounding to a float view's dtype: Math.fround for float32, the identity for float64. */
 function roundTo(t: TensorView): (x: number) => number {
   return t.dtype === "float32" ? Math.fround : (x) => x;
@@ -305,25 +332,23 @@ export class TsBackend implements Backend {
   }
 
   softmax(x: TensorView, dim: number, log: boolean, out: TensorView): void {
-    const a = readContig(x);
-    const [outer, size, inner] = around(x.shape, dim);
     const [o, commit] = outArray(out);
-    for (let p = 0; p < outer; p++) {
-      for (let q = 0; q < inner; q++) {
-        const base = p * size * inner + q;
-        let mx = Number.NEGATIVE_INFINITY;
-        for (let k = 0; k < size; k++) mx = Math.max(mx, a[base + k * inner]!);
-        if (mx === Number.NEGATIVE_INFINITY) mx = 0;
-        let sum = 0;
-        for (let k = 0; k < size; k++) sum += Math.exp(a[base + k * inner]! - mx);
-        if (log) {
-          const lse = Math.log(sum) + mx;
-          for (let k = 0; k < size; k++) o[base + k * inner] = a[base + k * inner]! - lse;
-        } else {
-          for (let k = 0; k < size; k++) o[base + k * inner] = Math.exp(a[base + k * inner]! - mx) / sum;
-        }
-      }
-    }
+    softmaxInto(readContig(x), x.shape, dim, log, o);
+    commit();
+  }
+
+  maskedSoftmax(x: TensorView, mask: TensorView, divisor: number, out: TensorView): void {
+    const xv = readContig(x);
+    const mv = readContig(mask);
+    const r = roundTo(x);
+    const S = x.shape[x.shape.length - 1]!;
+    const T = x.shape[x.shape.length - 2]!;
+    const d = r(divisor);
+    // the composite's steps: x / divisor rounded to the dtype, masked to -inf, then softmax's row math
+    const v = new Float64Array(xv.length);
+    for (let i = 0; i < xv.length; i++) v[i] = mv[i % (T * S)] ? Number.NEGATIVE_INFINITY : r(xv[i]! / d);
+    const [o, commit] = outArray(out);
+    softmaxInto(v, x.shape, x.shape.length - 1, false, o);
     commit();
   }
 
