@@ -9,12 +9,15 @@
  *    the next node and decrement that node's count; enqueue it at 0.
  * 4. AccumulateGrad nodes hand their gradient to `accumulate` (default: add
  *    into `.grad`; distributed autograd passes its per-context map).
+ * 5. A node's gradient contributions are summed into one engine-owned buffer
+ *    (in place from the third on; see sumInto).
  *
  * Backward rules run with grad mode off. Nodes free their saved tensors after
  * running unless retainGraph is set.
  */
 import { AutogradError, ShapeError } from "../errors/index.js";
 import { arraysEqual } from "../util/index.js";
+import { getBackend } from "../tensor/backend/registry.js";
 import * as raw from "../tensor/raw.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { noGrad } from "./grad_mode.js";
@@ -33,6 +36,21 @@ export interface RootGrad {
 
 function addGrads(a: Tensor | undefined, b: Tensor): Tensor {
   return a === undefined ? b : raw.binary("add", a, b);
+}
+
+/**
+ * Sums gradient contributions for one node. The first sum of two is a fresh tensor that only the
+ * engine holds (`owned`); later contributions are added into it in place (an elementwise out may
+ * alias an input), so a node with k inputs of gradient allocates one buffer, not k - 1.
+ */
+function sumInto(owned: Set<Tensor>, a: Tensor | undefined, b: Tensor): Tensor {
+  if (a !== undefined && owned.has(a) && a.dtype === b.dtype && arraysEqual(a.shape, b.shape)) {
+    getBackend().binary("add", a, b, a);
+    return a;
+  }
+  const sum = addGrads(a, b);
+  if (a !== undefined) owned.add(sum);
+  return sum;
 }
 
 function runHooks(hooks: readonly ((g: Tensor) => Tensor | undefined | void)[], grad: Tensor): Tensor {
@@ -68,6 +86,7 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
     }
   }
   const buffers = new Map<Node, Tensor>();
+  const owned = new Set<Tensor>();
   for (const r of roots) buffers.set(r.node, addGrads(buffers.get(r.node), r.grad));
   const ready: Node[] = [...new Set(roots.map((r) => r.node))].filter((n) => !deps.get(n));
   noGrad(() => {
@@ -78,6 +97,8 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
       const node = ready.splice(best, 1)[0]!;
       let grad = buffers.get(node);
       buffers.delete(node);
+      // NB: handed to the node now (which may save it or pass it on): no longer the engine's alone
+      if (grad !== undefined) owned.delete(grad);
       let outs: (Tensor | null)[] = node.next.map(() => null);
       if (grad !== undefined) {
         if (node instanceof AccumulateGrad) {
@@ -93,7 +114,7 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
       node.next.forEach((next, i) => {
         if (!next) return;
         const g = outs[i];
-        if (g) buffers.set(next, addGrads(buffers.get(next), g));
+        if (g) buffers.set(next, sumInto(owned, buffers.get(next), g));
         const left = deps.get(next)! - 1;
         deps.set(next, left);
         if (left === 0) ready.push(next);

@@ -41,6 +41,42 @@ describe("autograd engine", () => {
     );
   });
 
+  it("sums four contributions to one node (in place from the third) without changing a passed-through gradient", () => {
+    const x = tensor([0.5, 1, -2], { dtype: "float32", requiresGrad: true });
+    const a = x.mul(2); // gets four contributions: b's gradient twice (AddBackward passes it on), c's, d's
+    const b = a.add(a);
+    let seen: number[] = [];
+    let seenTensor: ReturnType<typeof tensor> | null = null;
+    b.registerHook((g) => {
+      seenTensor = g;
+      seen = g.toArray();
+    });
+    const c = a.mul(3);
+    const d = a.exp();
+    b.sum().add(c.sum()).add(d.sum()).backward();
+    // d/da = 1 + 1 + 3 + exp(a), d/dx = 2 d/da
+    expectClose(
+      x.grad!,
+      [0.5, 1, -2].map((v) => 2 * (5 + Math.exp(2 * v))),
+    );
+    expect(seenTensor!.toArray()).toEqual(seen); // the hook's tensor was not summed into
+    expect(seen).toEqual([1, 1, 1]);
+  });
+
+  it("a summed gradient passed on to two inputs is not summed into afterwards", () => {
+    const x = tensor([0.1, -0.3, 0.4], { dtype: "float32", requiresGrad: true });
+    const p = x.mul(2);
+    const q = x.mul(3);
+    const ps = p.sum(); // created first, so its gradient reaches p after e's
+    const e = p.add(q); // e's two contributions are summed, then passed on to both p and q
+    e.sum().add(e.exp().sum()).add(ps).backward();
+    // de = 1 + exp(5x); dp = de + 1; dq = de; dx = 2 dp + 3 dq
+    expectClose(
+      x.grad!,
+      [0.1, -0.3, 0.4].map((v) => 5 * (1 + Math.exp(5 * v)) + 2),
+    );
+  });
+
   it("refuses a second backward without retainGraph, allows it with", () => {
     const x = tensor([1, 2], { dtype: "float32", requiresGrad: true });
     const y = x.exp().sum();

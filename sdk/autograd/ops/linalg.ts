@@ -4,12 +4,15 @@
  * the backward re-adds the squeezed dims and sums broadcast batch dims away.
  */
 import { ShapeError } from "../../errors/index.js";
+import { arraysEqual } from "../../util/index.js";
 import * as raw from "../../tensor/raw.js";
 import { contiguousStrides } from "../../tensor/shape.js";
 import type { Tensor } from "../../tensor/tensor.js";
 import { record } from "../function.js";
 
 function viewAs(t: Tensor, shape: readonly number[]): Tensor {
+  // NB: the matmul kernels take any strides, so a tensor already of this shape needs no copy
+  if (arraysEqual(t.shape, shape)) return t;
   const c = raw.contiguous(t);
   return raw.asStrided(c, shape, contiguousStrides(shape), c.offset);
 }
