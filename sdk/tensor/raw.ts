@@ -22,7 +22,7 @@ export function empty(shape: Shape, dtype: DType): Tensor {
 }
 
 /** A contiguous tensor with undefined contents: only for kernel outputs that overwrite every element. */
-function output(shape: Shape, dtype: DType): Tensor {
+export function output(shape: Shape, dtype: DType): Tensor {
   return new Tensor(Storage.allocUninit(dtype, numelOf(shape)), [...shape], contiguousStrides(shape), 0);
 }
 

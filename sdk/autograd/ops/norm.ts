@@ -34,9 +34,9 @@ export function layerNorm(
   const flat = (t: Tensor | null) => (t ? rowsView(raw.cast(raw.contiguous(t), x.dtype), 1, d) : null);
   const w = flat(weight);
   const b = flat(bias);
-  const out = raw.empty([rows, d], x.dtype);
-  const mean = raw.empty([rows, 1], x.dtype);
-  const rstd = raw.empty([rows, 1], x.dtype);
+  const out = raw.output([rows, d], x.dtype);
+  const mean = raw.output([rows, 1], x.dtype);
+  const rstd = raw.output([rows, 1], x.dtype);
   getBackend().layerNorm(
     x2,
     w && raw.asStrided(w, [d], [1], w.offset),
@@ -54,9 +54,10 @@ export function layerNorm(
     (g, needs) => {
       // one fused kernel (Backend.layerNormBackward) for the three gradients
       const g2 = rowsView(raw.cast(raw.contiguous(g), x.dtype), rows, d);
-      const gx = needs[0] ? raw.empty([rows, d], x.dtype) : null;
-      const gw = needs[1] && weight ? raw.empty([d], x.dtype) : null;
-      const gb = needs[2] && bias ? raw.empty([d], x.dtype) : null;
+      // NB: uninitialised: the kernels write every element of each output they are given
+      const gx = needs[0] ? raw.output([rows, d], x.dtype) : null;
+      const gw = needs[1] && weight ? raw.output([d], x.dtype) : null;
+      const gb = needs[2] && bias ? raw.output([d], x.dtype) : null;
       getBackend().layerNormBackward(
         g2,
         x2,
