@@ -62,9 +62,32 @@ function runHooks(hooks: readonly ((g: Tensor) => Tensor | undefined | void)[], 
   return g;
 }
 
-/** Default leaf accumulation: leaf.grad += grad (a fresh contiguous tensor, never aliasing the graph's). */
+/**
+ * Default leaf accumulation: the first gradient is copied into a fresh contiguous tensor (never
+ * aliasing the graph's); later ones are added into it in place, as torch's AccumulateGrad does
+ * (so micro-batches accumulate without a new tensor each), unless .grad was replaced by one that
+ * is not such a plain tensor (another shape or dtype, a view, part of a graph).
+ */
 export function accumulateIntoGrad(leaf: Tensor, grad: Tensor): void {
-  leaf.grad = leaf.grad ? raw.binary("add", leaf.grad, grad) : raw.copyAs(grad);
+  const cur = leaf.grad;
+  if (cur === null) {
+    leaf.grad = raw.copyAs(grad);
+    return;
+  }
+  // NB: a plain tensor: its own whole storage (no other view can see the write), outside any graph
+  const plain =
+    cur !== grad &&
+    !cur.requiresGrad &&
+    cur.base === null &&
+    cur.isContiguous() &&
+    cur.storage.length === cur.numel() &&
+    cur.dtype === grad.dtype;
+  if (plain && arraysEqual(cur.shape, grad.shape)) {
+    getBackend().binary("add", cur, grad, cur);
+    cur.storage.version++;
+    return;
+  }
+  leaf.grad = raw.binary("add", cur, grad);
 }
 
 /** Runs the graph from the given nodes with the given gradients (used by backward() and distributed autograd). */

@@ -29,6 +29,28 @@ describe("autograd engine", () => {
     expectClose(x.grad!, [5, 7, 9]);
   });
 
+  it("accumulates later gradients into .grad in place (micro-batches), as torch; a replaced .grad is summed out of place", () => {
+    const w = tensor([1, -2, 3], { dtype: "float32", requiresGrad: true });
+    w.mul(2).sum().backward();
+    const first = w.grad!;
+    w.mul(w).sum().backward(); // += 2w
+    expect(w.grad).toBe(first);
+    expectClose(first, [4, -2, 8]);
+    const view = tensor(
+      [
+        [10, 0],
+        [20, 0],
+        [30, 0],
+      ],
+      { dtype: "float32" },
+    ).select(1, 0); // not contiguous
+    w.grad = view;
+    w.sum().backward();
+    expect(w.grad).not.toBe(view);
+    expectClose(w.grad!, [11, 21, 31]);
+    expectClose(view, [10, 20, 30]); // the replaced tensor itself untouched
+  });
+
   it("diamond graphs sum both paths", () => {
     const x = tensor([0.5, -1.5], { dtype: "float32", requiresGrad: true });
     const a = x.exp();
