@@ -87,6 +87,10 @@ const lines = [
   `  phases per step: forward ${per(phases.forward)} ms, backward ${per(phases.backward)} ms, AdamW ${per(phases.step)} ms`,
   `  loss after ${WARMUP + STEPS} steps: ${lastLoss.toFixed(6)}`,
 ];
+// NB: an OPENBLAS_CORETYPE in the environment picks OpenBLAS's kernels for tprpc and torch alike; on
+// this project's AMD EPYC machine it is set to Haswell (AVX2), and SkylakeX (AVX-512) runs this
+// step's GEMMs ~1.7x faster, so say which one a figure was taken with.
+if (process.env.OPENBLAS_CORETYPE) lines.push(`  OPENBLAS_CORETYPE=${process.env.OPENBLAS_CORETYPE}`);
 process.stdout.write(lines.join("\n") + "\n");
 
 if (process.argv.includes("--torch")) {
