@@ -4,10 +4,10 @@
  * ms/step (median over the timed steps), tokens/s, the process's CPU time per step (steadier than
  * wall time on a shared machine), a split of the step into its phases, and the loss after the last step (a checksum: a speed change must leave it equal within float noise).
  *
- *   npm run build && node dist/test/bench/gpt_step.js [--steps 10] [--micro 4] [--torch]
+ *   npm run build && node dist/test/bench/gpt_step.js [--steps 10] [--micro 4] [--threads 1] [--torch]
  *
  * 1. manualSeed(0); model { vocabSize 70, nLayer 4, nEmbd 128, nHead 4, blockSize 64, untied };
- *    AdamW(lr 3e-3, weightDecay 0.01); setNumThreads(1).
+ *    AdamW(lr 3e-3, weightDecay 0.01); setNumThreads(--threads, default 1).
  * 2. Batches of 32 random token windows, drawn from the seeded generator (timing only; the
  *    loss is a checksum, not a learning curve).
  * 3. --micro k splits each batch into k micro-batches, each backward accumulating into .grad.
@@ -26,12 +26,13 @@ const arg = (name: string, dflt: number): number => {
 };
 const STEPS = arg("--steps", 10);
 const MICRO = arg("--micro", 1);
+const THREADS = arg("--threads", 1);
 const WARMUP = 2;
 const B = 32;
 const T = 64;
 const V = 70;
 
-setNumThreads(1);
+setNumThreads(THREADS);
 manualSeed(0);
 const model = new nn.GPT({ vocabSize: V, nLayer: 4, nEmbd: 128, nHead: 4, blockSize: T, tieWeights: false });
 const opt = new optim.AdamW(model.parameters(), { lr: 3e-3, weightDecay: 0.01 });
@@ -81,7 +82,7 @@ const median = times[Math.floor(times.length / 2)]!;
 const cpuMedian = cpuTimes[Math.floor(cpuTimes.length / 2)]!;
 const per = (ms: number) => (ms / STEPS).toFixed(1);
 const lines = [
-  `tprpc gpt step (B=${B}, T=${T}, micro=${MICRO}, 1 thread): ${median.toFixed(1)} ms/step median ` +
+  `tprpc gpt step (B=${B}, T=${T}, micro=${MICRO}, ${THREADS} thread${THREADS === 1 ? "" : "s"}): ${median.toFixed(1)} ms/step median ` +
     `(min ${times[0]!.toFixed(1)}), ${Math.round((B * T) / (median / 1000))} tokens/s`,
   `  process CPU time: ${cpuMedian.toFixed(1)} ms/step median (min ${cpuTimes[0]!.toFixed(1)}; GC threads included)`,
   `  phases per step: forward ${per(phases.forward)} ms, backward ${per(phases.backward)} ms, AdamW ${per(phases.step)} ms`,
