@@ -34,6 +34,7 @@ import {
   rpcAsyncRate,
   rpcSyncRoundTrip,
   runReference,
+  warmUp,
   timeCell,
 } from "./rpc_common.js";
 
@@ -144,6 +145,7 @@ function measureRpc(cfg: Config, quick: boolean): Promise<Figures | string> {
       const info = await rpc.pipeInfo("worker1");
       if (info.channels["cpu-cpu"] !== cfg.channel)
         return `the pipe chose ${String(info.channels["cpu-cpu"])} (missing: ${JSON.stringify(info.missing)})`;
+      await warmUp("worker1", quick);
       const figures: Figures = { sync: new Map(), async: new Map() };
       for (const n of SIZES) {
         figures.sync.set(n, await rpcSyncRoundTrip("worker1", n, plan(n, quick)));

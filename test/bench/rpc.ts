@@ -35,6 +35,7 @@ import {
   rpcSyncRoundTrip,
   runReference,
   timeCell,
+  warmUp,
 } from "./rpc_common.js";
 import { tcpFloor } from "./tcp_floor.js";
 
@@ -62,13 +63,7 @@ async function runTprpc(quick: boolean): Promise<Figures> {
     });
     const info = await rpc.pipeInfo("worker1");
     pipeLine = `pipe to worker1: transport ${info.transport}, cpu-cpu channel ${info.channels["cpu-cpu"] ?? "none"}`;
-    // JIT warm-up of both processes (V8 tiers up after a few thousand calls), before anything is timed
-    for (let i = 0; i < (quick ? 1_000 : 3_000); i++) await rpc.rpcSync("worker1", identity, [1]);
-    const small = payload(4_000);
-    for (let i = 0; i < (quick ? 1_000 : 3_000); i++) await rpc.rpcSync("worker1", identity, [small]);
-    const mid = payload(4_000_000);
-    for (let i = 0; i < 20; i++) await rpc.rpcSync("worker1", identity, [mid]);
-    await Promise.all(Array.from({ length: IN_FLIGHT }, () => rpc.rpcAsync("worker1", identity, [1])));
+    await warmUp("worker1", quick);
     const figures: Figures = { sync: new Map(), async: new Map() };
     for (const n of SIZES) {
       figures.sync.set(n, await rpcSyncRoundTrip("worker1", n, plan(n, quick)));

@@ -90,6 +90,16 @@ export async function rpcSyncRoundTrip(to: string, nbytes: number, plan: Plan): 
   return medianRoundTrip(() => rpc.rpcSync(to, identity, [x]), plan);
 }
 
+/** JIT warm-up of both processes (V8 tiers up after a few thousand calls), before anything is timed. */
+export async function warmUp(to: string, quick: boolean): Promise<void> {
+  for (let i = 0; i < (quick ? 1_000 : 3_000); i++) await rpc.rpcSync(to, identity, [1]);
+  const small = payload(4_000);
+  for (let i = 0; i < (quick ? 1_000 : 3_000); i++) await rpc.rpcSync(to, identity, [small]);
+  const mid = payload(4_000_000);
+  for (let i = 0; i < 20; i++) await rpc.rpcSync(to, identity, [mid]);
+  await Promise.all(Array.from({ length: IN_FLIGHT }, () => rpc.rpcAsync(to, identity, [1])));
+}
+
 /** rpcAsync identity to `to`, IN_FLIGHT outstanding; calls/s. */
 export function rpcAsyncRate(to: string, nbytes: number, quick: boolean): Promise<number> {
   const x = payload(nbytes);
