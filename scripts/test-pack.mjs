@@ -177,9 +177,11 @@ try {
   const jupyterPrefix = path.join(work, "jupyter-prefix");
   sh("npx", ["--no-install", "tprpc-kernel", "install", "--prefix", jupyterPrefix], { cwd: scratch, env: cleanEnv });
   const spec = JSON.parse(fs.readFileSync(path.join(jupyterPrefix, "share/jupyter/kernels/tprpc/kernel.json"), "utf8"));
+  // NB: node's flags (rpc.RPC_NODE_FLAGS) come between node and the script
+  const script = spec.argv.find((a) => !a.startsWith("-") && a !== spec.argv[0]);
   check(
-    spec.argv[1] === path.join(pkg, "kernel-ext/bin/tprpc-kernel.mjs"),
-    `the kernelspec runs the installed kernel (${spec.argv[1]})`,
+    script === path.join(pkg, "kernel-ext/bin/tprpc-kernel.mjs"),
+    `the kernelspec runs the installed kernel (${spec.argv.join(" ")})`,
   );
   summary.kernelspec = spec.argv.slice(0, 3);
 
