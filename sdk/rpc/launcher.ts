@@ -144,16 +144,63 @@ export function workerScript(): string {
   }
 }
 
-/** A port on 127.0.0.1 that was free a moment ago (for a store or test server to bind). */
-export async function freePort(): Promise<number> {
+/**
+ * The kernel's range for ephemeral ports (Linux), from which it picks the local port of every
+ * outgoing connection and of every `listen(0)`; undefined where it cannot be read.
+ */
+function ephemeralRange(): [number, number] | undefined {
+  try {
+    const [lo, hi] = fs.readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number);
+    if (Number.isInteger(lo) && Number.isInteger(hi) && lo > 0 && hi >= lo) return [lo, hi];
+  } catch {
+    // not Linux, or no /proc
+  }
+  return undefined;
+}
+
+function tryListen(port: number): Promise<number | undefined> {
   const s = net.createServer();
-  await new Promise<void>((resolve, reject) => {
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", resolve);
+  return new Promise((resolve) => {
+    s.once("error", () => resolve(undefined));
+    s.listen(port, "127.0.0.1", () => {
+      const bound = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(bound));
+    });
   });
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
+}
+
+const handedOut = new Set<number>();
+
+/**
+ * A port on 127.0.0.1 that was free a moment ago (for a store or test server to bind later).
+ * Where the kernel's ephemeral range is known the port is drawn from outside it (between 10000 and
+ * the range's start): a port from inside it can be taken, between this check and the later bind,
+ * as the local port of any outgoing connection on the machine (EADDRINUSE). Ports this process has
+ * handed out before are not handed out again.
+ */
+export async function freePort(): Promise<number> {
+  const range = ephemeralRange();
+  const lo = 10_000;
+  const hi = range ? range[0] - 1 : 0;
+  if (hi - lo >= 1_000) {
+    // a bounded number of random probes; a port in use (or handed out already) is skipped
+    for (let i = 0; i < 200; i++) {
+      const port = lo + Math.floor(Math.random() * (hi - lo + 1));
+      if (handedOut.has(port)) continue;
+      if ((await tryListen(port)) === port) {
+        handedOut.add(port);
+        return port;
+      }
+    }
+  }
+  for (let i = 0; i < 20; i++) {
+    const port = await tryListen(0);
+    if (port !== undefined && !handedOut.has(port)) {
+      handedOut.add(port);
+      return port;
+    }
+  }
+  throw new ValueError("freePort: found no free port on 127.0.0.1");
 }
 
 /** Calls `emit` once per complete line of `stream` (and for a last unterminated line at its end). */

@@ -5,10 +5,12 @@
  * process leaves no worker behind, before or after the group has assembled.
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { rpc } from "../../sdk/index.js";
-import { type LocalCluster, startLocalWorkers, workerScript } from "../../sdk/rpc/launcher.js";
+import { freePort, type LocalCluster, startLocalWorkers, workerScript } from "../../sdk/rpc/launcher.js";
 
 const root = path.resolve(import.meta.dirname, "../..");
 const NO_NATIVE = { TPRPC_NATIVE: "0" };
@@ -151,4 +153,25 @@ describe("startLocalWorkers", () => {
     expect(await within(exit, 5_000, "the master's exit")).toBe("SIGTERM");
     expect(await gone(workers, 5_000)).toEqual([]);
   }, 40_000);
+});
+
+describe("freePort", () => {
+  it("hands out distinct bindable ports outside the kernel's ephemeral range", async () => {
+    const range = fs.existsSync("/proc/sys/net/ipv4/ip_local_port_range")
+      ? fs.readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number)
+      : undefined;
+    const ports: number[] = [];
+    for (let i = 0; i < 50; i++) ports.push(await freePort());
+    expect(new Set(ports).size).toBe(ports.length);
+    if (range) for (const p of ports) expect(p < range[0] || p > range[1]).toBe(true);
+    // each can be bound by a server afterwards
+    for (const p of ports.slice(0, 5)) {
+      const s = net.createServer();
+      await new Promise<void>((resolve, reject) => {
+        s.once("error", reject);
+        s.listen(p, "127.0.0.1", resolve);
+      });
+      await new Promise((r) => s.close(r));
+    }
+  });
 });
