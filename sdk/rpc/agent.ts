@@ -50,6 +50,7 @@ import {
   rendezvous,
 } from "./rendezvous/index.js";
 import { type CallKind, type CallRecord, nowMs, profiler } from "./profiler.js";
+import { collectGarbage } from "./gc.js";
 import { RRef, RRefContext, type RRefHost, setCurrentHost } from "./rref.js";
 import {
   BuiltinIndex,
@@ -352,6 +353,11 @@ export class Agent implements RRefHost {
     });
   }
 
+  /** RRefHost: the other workers of the group. */
+  peerNames(): string[] {
+    return this.membership.workers.map((w) => w.name).filter((n) => n !== this.name);
+  }
+
   workerInfo(name?: string): WorkerInfo {
     const n = name ?? this.name;
     const w = this.membership.get(n);
@@ -401,13 +407,17 @@ export class Agent implements RRefHost {
   }
 
   /** RRefHost: one-way protocol messages, on our pipe to `to`. */
-  notify(to: string, kind: "forkRequest" | "childAccept" | "userDelete", body: Record<string, string>): Promise<void> {
-    const type =
-      kind === "forkRequest"
-        ? MessageType.RREF_FORK_REQUEST
-        : kind === "childAccept"
-          ? MessageType.RREF_CHILD_ACCEPT
-          : MessageType.RREF_USER_DELETE;
+  notify(
+    to: string,
+    kind: "forkRequest" | "childAccept" | "userDelete" | "collect",
+    body: Record<string, string>,
+  ): Promise<void> {
+    const type = {
+      forkRequest: MessageType.RREF_FORK_REQUEST,
+      childAccept: MessageType.RREF_CHILD_ACCEPT,
+      userDelete: MessageType.RREF_USER_DELETE,
+      collect: MessageType.RREF_COLLECT,
+    }[kind];
     if (this.closed) return Promise.resolve();
     return this.peer(to)
       .then((p) => p.send(type, 0, { from: this.name, ...body }).then(() => undefined))
@@ -647,9 +657,12 @@ export class Agent implements RRefHost {
       case MessageType.RREF_CHILD_ACCEPT:
         this.rrefs.childAccepted(body.fork!);
         return;
+      case MessageType.RREF_COLLECT:
+        collectGarbage();
+        return;
       case MessageType.RREF_FORK_REQUEST:
         // the owner registers the child, then lets the parent go
-        if (this.rrefs.addFork(body.rrefId!, body.fork!))
+        if (this.rrefs.addFork(body.rrefId!, body.fork!, body.from))
           void this.notify(body.parent!, "childAccept", { fork: body.fork! });
         return;
       case MessageType.REQUEST:
@@ -669,7 +682,7 @@ export class Agent implements RRefHost {
         else {
           // REMOTE_CALL: the owner keeps the value (or its error, for toHere); the reply is the confirmation
           const made = this.runTarget(body);
-          this.rrefs.own(body.rrefId!, made, body.fork!);
+          this.rrefs.own(body.rrefId!, made, body.fork!, body.from);
           const tracked = made.catch(() => undefined);
           this.running.add(tracked);
           void tracked.finally(() => this.running.delete(tracked));

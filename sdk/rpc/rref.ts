@@ -19,10 +19,17 @@
  * 4. Deleting: when an RRef object is garbage collected (FinalizationRegistry)
  *    or at shutdown, its fork is removed at the owner (RREF_USER_DELETE);
  *    the owner drops the value when no fork remains.
+ * 5. Collecting: finalizers run only after a full collection, which a holder
+ *    that allocates little may not run for minutes. When the owner's
+ *    ArrayBuffer memory has grown by TPRPC_RREF_COLLECT_BYTES (256 MiB) since
+ *    its low point while it owns values, it sends RREF_COLLECT to the workers
+ *    holding forks (at most once a second) and each runs a full collection
+ *    (gc.ts), so the RRefs they dropped are deleted.
  */
 import { ProtocolError, RpcError } from "../errors/index.js";
 import { debug } from "../util/index.js";
 import { registerWireType } from "../wire/index.js";
+import { collectGarbage } from "./gc.js";
 import type { WorkerInfo } from "./rendezvous/index.js";
 
 /** What an RRef needs from the agent that made it. */
@@ -40,17 +47,29 @@ export interface RRefHost {
     timeoutMs?: number,
   ): unknown;
   /** One-way messages of the protocol above. */
-  notify(to: string, kind: "forkRequest" | "childAccept" | "userDelete", body: Record<string, string>): Promise<void>;
+  notify(
+    to: string,
+    kind: "forkRequest" | "childAccept" | "userDelete" | "collect",
+    body: Record<string, string>,
+  ): Promise<void>;
+  /** The other workers of the group, for a collection request whose holders are not all known. */
+  peerNames(): string[];
   readonly rrefs: RRefContext;
 }
 
 interface OwnerEntry {
   value: Promise<unknown>;
   settled: { ok: true; value: unknown } | { ok: false; error: unknown } | null;
-  forks: Set<string>;
+  /** fork → the worker holding it ("" where the owner cannot tell: an owner RRef it sent). */
+  forks: Map<string, string>;
   /** Set while the value's REMOTE_CALL has not arrived yet. */
   provide: ((v: Promise<unknown>) => void) | null;
 }
+
+/** Growth of this process's ArrayBuffer memory (bytes) that makes an owner ask for a collection (0: never). */
+const COLLECT_BYTES = Number(process.env.TPRPC_RREF_COLLECT_BYTES ?? 256 << 20);
+/** An owner asks at most this often. */
+const COLLECT_INTERVAL_MS = 1000;
 
 const finalizer = new FinalizationRegistry<{ ctx: RRefContext; rrefId: string; owner: string; fork: string }>((h) =>
   h.ctx.forkGone(h.rrefId, h.owner, h.fork),
@@ -87,7 +106,7 @@ export class RRef<T = unknown> {
       this.ownerName_ = host.name;
       this.fork = host.rrefs.newId();
       this.confirmed = true;
-      host.rrefs.own(this.rrefId, Promise.resolve(value), this.fork);
+      host.rrefs.own(this.rrefId, Promise.resolve(value), this.fork, host.name);
     }
     finalizer.register(this, { ctx: this.host.rrefs, rrefId: this.rrefId, owner: this.ownerName_, fork: this.fork });
   }
@@ -210,7 +229,7 @@ export class RRefContext {
       const value = new Promise<unknown>((r) => {
         resolve = r;
       });
-      const entry: OwnerEntry = { value, settled: null, forks: new Set(), provide: resolve };
+      const entry: OwnerEntry = { value, settled: null, forks: new Map(), provide: resolve };
       value.then(
         (v) => {
           entry.settled = { ok: true, value: v };
@@ -225,17 +244,59 @@ export class RRefContext {
     return e;
   }
 
-  own(rrefId: string, value: Promise<unknown>, fork: string): void {
+  /** Stores a value made here for the fork `fork`, held by the worker `holder`. */
+  own(rrefId: string, value: Promise<unknown>, fork: string, holder: string): void {
     const e = this.entry(rrefId);
     e.provide?.(value);
     e.provide = null;
-    e.forks.add(fork);
+    e.forks.set(fork, holder);
+    this.checkPressure();
   }
 
-  addFork(rrefId: string, fork: string): boolean {
+  addFork(rrefId: string, fork: string, holder: string): boolean {
     debug(3, "rref", `adding fork ${fork} of ${rrefId}`);
-    this.entry(rrefId).forks.add(fork);
+    this.entry(rrefId).forks.set(fork, holder);
     return true;
+  }
+
+  private lowBytes = Infinity;
+  private lastCollectRound = -Infinity;
+  private collectRounds = 0;
+
+  /** How many times this owner asked its RRefs' holders to collect garbage. */
+  get collectRequests(): number {
+    return this.collectRounds;
+  }
+
+  /** Step 5 of the protocol: asks the holders of our values' forks to collect when our memory has grown. */
+  private checkPressure(): void {
+    if (!(COLLECT_BYTES > 0)) return;
+    const bytes = process.memoryUsage().arrayBuffers;
+    if (bytes < this.lowBytes) this.lowBytes = bytes;
+    if (bytes - this.lowBytes < COLLECT_BYTES) return;
+    const now = performance.now();
+    if (now - this.lastCollectRound < COLLECT_INTERVAL_MS) return;
+    this.lastCollectRound = now;
+    this.lowBytes = bytes;
+    const me = this.host().name;
+    const holders = new Set<string>();
+    let unknown = false;
+    for (const e of this.owned.values())
+      for (const h of e.forks.values())
+        if (h) holders.add(h);
+        else unknown = true;
+    if (unknown) for (const p of this.host().peerNames()) holders.add(p);
+    if (holders.size === 0) return;
+    this.collectRounds++;
+    debug(
+      2,
+      "rref",
+      `${(bytes / 2 ** 20).toFixed(0)} MiB of buffers here: asking ${[...holders].join(", ")} to collect`,
+    );
+    for (const h of holders) {
+      if (h === me) collectGarbage();
+      else void this.host().notify(h, "collect", {});
+    }
   }
 
   valueOf(rrefId: string): Promise<unknown> {
@@ -279,7 +340,7 @@ export class RRefContext {
         fork: d.fork,
         confirmed: true,
       });
-      this.addFork(d.rrefId, d.fork);
+      this.addFork(d.rrefId, d.fork, host.name);
       if (!d.ownerFork) void host.notify(d.parent, "childAccept", { fork: d.fork });
       return local;
     }
@@ -300,7 +361,8 @@ export class RRefContext {
     const host = this.host();
     const fork = this.newId();
     if (r.isOwner()) {
-      this.addFork(r.rrefId, fork);
+      // NB: the receiver is not known here (the encoder does not say where the message goes)
+      this.addFork(r.rrefId, fork, "");
       return { rrefId: r.rrefId, owner: r.ownerName(), fork, parent: host.name, ownerFork: true };
     }
     this.pendingChildren.set(fork, r);

@@ -59,6 +59,8 @@ export enum MessageType {
   RREF_CHILD_ACCEPT = 0x14,
   /** Acknowledges an RRef control message. */
   RREF_ACK = 0x15,
+  /** The owner's memory grew while it owns RRef values: the receiver runs a full collection so finalizers of dead RRefs send RREF_USER_DELETE. */
+  RREF_COLLECT = 0x16,
   /** Distributed autograd: forward-pass bookkeeping (send/recv function registration). */
   AUTOGRAD_FORWARD = 0x20,
   /** Distributed autograd: propagate gradients backward to a peer. */

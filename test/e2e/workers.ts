@@ -12,6 +12,8 @@ export interface WorkerSpawnOptions {
   secret: string;
   /** Extra node flags, e.g. ["--expose-gc"]. */
   nodeArgs?: string[];
+  /** Extra environment variables for the worker. */
+  env?: Record<string, string>;
 }
 
 export function startWorker(
@@ -25,7 +27,10 @@ export function startWorker(
   const child = spawn(
     process.execPath,
     [...(opts.nodeArgs ?? []), ...workerArgs(name, rank, worldSize, `tcp://127.0.0.1:${port}`)],
-    { env: { ...process.env, TPRPC_SECRET: opts.secret, TPRPC_NATIVE: "0" }, stdio: ["ignore", "inherit", "pipe"] },
+    {
+      env: { ...process.env, TPRPC_SECRET: opts.secret, TPRPC_NATIVE: "0", ...opts.env },
+      stdio: ["ignore", "inherit", "pipe"],
+    },
   );
   child.stderr!.on("data", (d: Buffer) => process.stderr.write(`[${name}] ${d}`));
   return child;
