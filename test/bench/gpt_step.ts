@@ -1,5 +1,5 @@
 /**
- * One training step of the small character GPT of notebooks/drafts/04_pipeline_gpt (issue 8),
+ * One training step of the small character GPT of notebooks/04_pipeline_gpt (issue 8),
  * unsplit, in one process on one core: forward, crossEntropy, backward and an AdamW step. Prints
  * ms/step (median over the timed steps), tokens/s, the process's CPU time per step (steadier than
  * wall time on a shared machine), a split of the step into its phases, and the loss after the last step (a checksum: a speed change must leave it equal within float noise).
