@@ -21,11 +21,12 @@
  *    the owner drops the value when no fork remains.
  * 5. Collecting: finalizers run only after a full collection, which a holder
  *    that allocates little may not run for minutes. When the owner's
- *    ArrayBuffer memory has grown by TPRPC_RREF_COLLECT_BYTES (256 MiB) since
+ *    off-heap (external) memory has grown by TPRPC_RREF_COLLECT_BYTES (256 MiB) since
  *    its low point while it owns values, it sends RREF_COLLECT to the workers
  *    holding forks (at most once a second) and each runs a full collection
  *    (gc.ts), so the RRefs they dropped are deleted.
  */
+import v8 from "node:v8";
 import { ProtocolError, RpcError } from "../errors/index.js";
 import { debug } from "../util/index.js";
 import { registerWireType } from "../wire/index.js";
@@ -66,7 +67,7 @@ interface OwnerEntry {
   provide: ((v: Promise<unknown>) => void) | null;
 }
 
-/** Growth of this process's ArrayBuffer memory (bytes) that makes an owner ask for a collection (0: never). */
+/** Growth of this process's off-heap (external) memory, as V8 counts it, (bytes) that makes an owner ask for a collection (0: never). */
 const COLLECT_BYTES = Number(process.env.TPRPC_RREF_COLLECT_BYTES ?? 256 << 20);
 /** An owner asks at most this often. */
 const COLLECT_INTERVAL_MS = 1000;
@@ -271,7 +272,8 @@ export class RRefContext {
   /** Step 5 of the protocol: asks the holders of our values' forks to collect when our memory has grown. */
   private checkPressure(): void {
     if (!(COLLECT_BYTES > 0)) return;
-    const bytes = process.memoryUsage().arrayBuffers;
+    // NB: V8's count of off-heap memory: typed-array storage and the addon's pooled blocks alike (~1 µs)
+    const bytes = v8.getHeapStatistics().external_memory;
     if (bytes < this.lowBytes) this.lowBytes = bytes;
     if (bytes - this.lowBytes < COLLECT_BYTES) return;
     const now = performance.now();
