@@ -15,7 +15,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { ValueError } from "tprpc";
+import { ValueError, rpc } from "tprpc";
 
 export const DEFAULT_NAME = "tprpc";
 export const DEFAULT_DISPLAY_NAME = "TypeScript (tprpc)";
@@ -91,7 +91,8 @@ export interface KernelJson {
 export function kernelJson(displayName = DEFAULT_DISPLAY_NAME, env?: Record<string, string>): KernelJson {
   const { root, script } = packagePaths();
   return {
-    argv: [process.execPath, script, "kernel", "--config-path", "{connection_file}"],
+    // NB: the notebook is the master and receives tensors: see RPC_NODE_FLAGS.
+    argv: [process.execPath, ...rpc.RPC_NODE_FLAGS, script, "kernel", "--config-path", "{connection_file}"],
     display_name: displayName,
     language: "typescript",
     // NB: Jupyter interrupts by SIGINT to the kernel's process group; the kernel cancels its pending RPCs.

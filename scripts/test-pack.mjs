@@ -177,7 +177,7 @@ try {
   const jupyterPrefix = path.join(work, "jupyter-prefix");
   sh("npx", ["--no-install", "tprpc-kernel", "install", "--prefix", jupyterPrefix], { cwd: scratch, env: cleanEnv });
   const spec = JSON.parse(fs.readFileSync(path.join(jupyterPrefix, "share/jupyter/kernels/tprpc/kernel.json"), "utf8"));
-  // NB: node flags, if a kernelspec gets any, come between node and the script
+  // NB: node's flags (rpc.RPC_NODE_FLAGS) come between node and the script
   const script = spec.argv.find((a) => !a.startsWith("-") && a !== spec.argv[0]);
   check(
     script === path.join(pkg, "kernel-ext/bin/tprpc-kernel.mjs"),

@@ -29,7 +29,7 @@ export {
   type DeviceMapSpec,
   type DeviceMapsSpec,
 } from "./device_map.js";
-export { startLocalWorkers, type LocalCluster } from "./launcher.js";
+export { RPC_NODE_FLAGS, startLocalWorkers, type LocalCluster } from "./launcher.js";
 export { RRef };
 
 export interface InitRpcOptions extends RendezvousInitOptions {

@@ -42,7 +42,10 @@ export interface LocalWorkersOptions {
   /** Extra env variables for the workers (over this process's env). */
   env?: Readonly<Record<string, string | undefined>>;
   cwd?: string;
-  /** Extra node flags for the workers, e.g. ["--max-old-space-size=8192"]. */
+  /**
+   * Extra node flags for the workers, e.g. ["--max-old-space-size=8192"]. Workers also get
+   * RPC_NODE_FLAGS unless these (or NODE_OPTIONS) already set that flag.
+   */
   nodeArgs?: readonly string[];
   /** Default "forward": each output line goes to `onOutput`, or to this process's stream as "[workerK] line". */
   stdio?: WorkerStdio;
@@ -50,6 +53,23 @@ export interface LocalWorkersOptions {
   onOutput?: (worker: string, stream: "stdout" | "stderr", line: string) => void;
   /** close(): ms between SIGTERM and SIGKILL (default 3 000). */
   closeGraceMs?: number;
+}
+
+/**
+ * V8 flags for processes that receive tensors over RPC (the workers started here, the notebook
+ * kernel, the benchmarks). NB: V8 counts the ArrayBuffers allocated since its last mark-compact
+ * against the old generation's limit, which in a small heap (a worker's is ~8 MB, limit ~20 MB) is
+ * crossed after three received 4 MB tensors: every few messages a full mark-compact (measured: ~25
+ * per 100 round trips of 4 MB per process, 3–4 ms of each 7 ms round trip). With a 256 MB initial
+ * old-space limit the dead receive buffers are freed by cheap scavenges instead (1 mark-compact in
+ * 1,000 round trips). It only moves the first collection's trigger; it reserves no memory.
+ */
+export const RPC_NODE_FLAGS: readonly string[] = ["--initial-old-space-size=256"];
+
+/** `args` plus each RPC_NODE_FLAGS flag that neither `args` nor env NODE_OPTIONS sets already. */
+export function withRpcNodeFlags(args: readonly string[], env: NodeJS.ProcessEnv = process.env): string[] {
+  const given = [...args, ...(env.NODE_OPTIONS ?? "").split(/\s+/)].map((a) => a.split("=")[0]!.replace(/_/g, "-"));
+  return [...RPC_NODE_FLAGS.filter((f) => !given.includes(f.split("=")[0]!)), ...args];
 }
 
 /** How a worker process ended. */
@@ -245,7 +265,12 @@ function startWorker(
   const out = stdio === "forward" ? "pipe" : stdio;
   const child = spawn(
     process.execPath,
-    [...(o.nodeArgs ?? []), "--import", WATCHDOG, ...workerArgs(name, rank, worldSize, initMethod)],
+    [
+      ...withRpcNodeFlags(o.nodeArgs ?? [], env),
+      "--import",
+      WATCHDOG,
+      ...workerArgs(name, rank, worldSize, initMethod),
+    ],
     // NB: not detached: the workers stay in our process group, where a notebook's SIGINT finds and
     // is ignored by them; stdin is the watchdog's pipe.
     { env, cwd: o.cwd, stdio: ["pipe", out, out], detached: false },

@@ -33,7 +33,14 @@ describe("tprpc-kernel install / list / uninstall", () => {
     const r = cli("install", "--prefix", dir, "--name", "tprpc-test");
     expect(r.code, r.out).toBe(0);
     const spec = JSON.parse(fs.readFileSync(path.join(dir, "share/jupyter/kernels/tprpc-test/kernel.json"), "utf8"));
-    expect(spec.argv).toEqual([process.execPath, bin, "kernel", "--config-path", "{connection_file}"]);
+    expect(spec.argv).toEqual([
+      process.execPath,
+      "--initial-old-space-size=256",
+      bin,
+      "kernel",
+      "--config-path",
+      "{connection_file}",
+    ]);
     expect(spec.display_name).toBe("TypeScript (tprpc)");
     expect(spec.interrupt_mode).toBe("signal");
     expect(spec.metadata.tprpc.root).toBe(root);

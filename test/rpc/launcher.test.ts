@@ -10,7 +10,14 @@ import net from "node:net";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { rpc } from "../../sdk/index.js";
-import { freePort, type LocalCluster, startLocalWorkers, workerScript } from "../../sdk/rpc/launcher.js";
+import {
+  freePort,
+  type LocalCluster,
+  RPC_NODE_FLAGS,
+  startLocalWorkers,
+  withRpcNodeFlags,
+  workerScript,
+} from "../../sdk/rpc/launcher.js";
 
 const root = path.resolve(import.meta.dirname, "../..");
 const NO_NATIVE = { TPRPC_NATIVE: "0" };
@@ -72,6 +79,14 @@ describe("startLocalWorkers", () => {
     await Promise.all(clusters.splice(0).map((c) => c.close({ graceMs: 1_000 })));
   });
 
+  it("adds RPC_NODE_FLAGS to the workers' node flags unless they set those flags themselves", () => {
+    expect(RPC_NODE_FLAGS).toEqual(["--initial-old-space-size=256"]);
+    expect(withRpcNodeFlags(["--inspect"], {})).toEqual(["--initial-old-space-size=256", "--inspect"]);
+    expect(withRpcNodeFlags(["--initial-old-space-size=64"], {})).toEqual(["--initial-old-space-size=64"]);
+    expect(withRpcNodeFlags(["--initial_old_space_size=64"], {})).toEqual(["--initial_old_space_size=64"]);
+    expect(withRpcNodeFlags([], { NODE_OPTIONS: "--initial-old-space-size=32 --trace-gc" })).toEqual([]);
+  });
+
   it("finds bin/tprpc.mjs from the sources", () => {
     expect(workerScript()).toBe(path.join(root, "bin", "tprpc.mjs"));
   });
@@ -99,6 +114,10 @@ describe("startLocalWorkers", () => {
       };
       expect(await rpc.rpcSync(w, said, [21])).toEqual([cluster.workers.find((k) => k.name === w)!.pid, 42]);
     }
+    // the workers run with the V8 flags for receiving tensors
+    expect(await rpc.rpcSync("worker1", () => process.execArgv, [])).toEqual(
+      expect.arrayContaining([...rpc.RPC_NODE_FLAGS]),
+    );
     await rpc.shutdown();
     const exits = await within(Promise.all(cluster.workers.map((w) => w.exited)), 10_000, "the workers' exit");
     expect(exits).toEqual([
