@@ -419,7 +419,9 @@ export class Agent implements RRefHost {
       collect: MessageType.RREF_COLLECT,
     }[kind];
     if (this.closed) return Promise.resolve();
-    return this.peer(to)
+    // NB: never throws, also not synchronously for a worker that has left (peer() looks it up)
+    return Promise.resolve()
+      .then(() => this.peer(to))
       .then((p) => p.send(type, 0, { from: this.name, ...body }).then(() => undefined))
       .catch((e: Error) => debug(1, "rpc", `could not send ${kind} to ${to}: ${e.message}`));
   }
@@ -519,6 +521,7 @@ export class Agent implements RRefHost {
   /** A member left the group: reject what we wait on from it (its pipe closes on its own). */
   private workerLeft(name: string): void {
     debug(1, "rpc", `worker "${name}" left the group`);
+    this.rrefs.holderLeft(name);
     for (const [id, p] of this.pending)
       if (p.peer === name)
         this.settle(id, new WorkerUnavailableError(`worker "${name}" left the group before replying`, name));

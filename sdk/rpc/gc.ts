@@ -25,13 +25,17 @@ function gcFunction(): GcFunction | null {
   const global = (globalThis as { gc?: GcFunction }).gc;
   if (typeof global === "function") return (gcFn = global);
   try {
-    v8.setFlagsFromString("--expose-gc");
-    const fn = vm.runInNewContext("gc") as unknown;
-    gcFn = typeof fn === "function" ? (fn as GcFunction) : null;
+    // NB: the flag may already be on (e.g. --expose-gc with gc deleted from globalThis): then leave it on
+    const wasOn = vm.runInNewContext("typeof gc") === "function";
+    if (!wasOn) v8.setFlagsFromString("--expose-gc");
+    try {
+      const fn = vm.runInNewContext("gc") as unknown;
+      gcFn = typeof fn === "function" ? (fn as GcFunction) : null;
+    } finally {
+      if (!wasOn) v8.setFlagsFromString("--no-expose-gc");
+    }
   } catch {
     gcFn = null;
-  } finally {
-    v8.setFlagsFromString("--no-expose-gc");
   }
   if (!gcFn) debug(1, "rref", "cannot run a garbage collection on request: V8's gc() is not available");
   return gcFn;
@@ -43,7 +47,7 @@ let lastCollection = -Infinity;
 let collections = 0;
 
 /**
- * Starts a full (incremental, off the caller's stack) garbage collection, so
+ * Starts a full garbage collection (in a task of its own, not on the caller's stack), so
  * that the finalizers of unreachable RRefs run soon. False when one ran less
  * than 250 ms ago or gc() is unavailable.
  */

@@ -194,14 +194,15 @@ const handedOut = new Set<number>();
 /**
  * A port on 127.0.0.1 that was free a moment ago (for a store or test server to bind later).
  * Where the kernel's ephemeral range is known the port is drawn from outside it (between 10000 and
- * the range's start): a port from inside it can be taken, between this check and the later bind,
+ * the range's start, at most 29999): a port from inside it can be taken, between this check and the later bind,
  * as the local port of any outgoing connection on the machine (EADDRINUSE). Ports this process has
  * handed out before are not handed out again.
  */
 export async function freePort(): Promise<number> {
   const range = ephemeralRange();
   const lo = 10_000;
-  const hi = range ? range[0] - 1 : 0;
+  // NB: below 30000: Kubernetes NodePorts (30000-32767) can be redirected by iptables rules no bind probe sees
+  const hi = range ? Math.min(29_999, range[0] - 1) : 0;
   if (hi - lo >= 1_000) {
     // a bounded number of random probes; a port in use (or handed out already) is skipped
     for (let i = 0; i < 200; i++) {

@@ -260,7 +260,14 @@ export class RRefContext {
     return true;
   }
 
+  /** A worker left the group: the forks it held can never be deleted by it, so they are dropped here. */
+  holderLeft(name: string): void {
+    for (const [rrefId, e] of [...this.owned])
+      for (const [fork, holder] of [...e.forks]) if (holder === name) this.dropFork(rrefId, fork);
+  }
+
   private lowBytes = Infinity;
+  private lastSample = -Infinity;
   private lastCollectRound = -Infinity;
   private collectRounds = 0;
 
@@ -272,6 +279,10 @@ export class RRefContext {
   /** Step 5 of the protocol: asks the holders of our values' forks to collect when our memory has grown. */
   private checkPressure(): void {
     if (!(COLLECT_BYTES > 0)) return;
+    // NB: sampled at most every 10 ms, so remote() at tens of thousands a second pays nothing measurable
+    const t = performance.now();
+    if (t - this.lastSample < 10) return;
+    this.lastSample = t;
     // NB: V8's count of off-heap memory: typed-array storage and the addon's pooled blocks alike (~1 µs)
     const bytes = v8.getHeapStatistics().external_memory;
     if (bytes < this.lowBytes) this.lowBytes = bytes;
@@ -287,7 +298,10 @@ export class RRefContext {
       for (const h of e.forks.values())
         if (h) holders.add(h);
         else unknown = true;
-    if (unknown) for (const p of this.host().peerNames()) holders.add(p);
+    const members = new Set(this.host().peerNames());
+    if (unknown) for (const p of members) holders.add(p);
+    // NB: a holder that left cannot collect (holderLeft drops its forks; this covers the gap)
+    for (const h of holders) if (h !== me && !members.has(h)) holders.delete(h);
     if (holders.size === 0) return;
     this.collectRounds++;
     debug(
