@@ -30,7 +30,9 @@
  *    keeps the storage alive until `done` resolves. The peer's pipe calls
  *    `channel.recv(descriptor, destination)` on its matching channel, in the
  *    same order as the sends, exactly once per send — channels may rely on
- *    that order (a stream needs no transfer ids).
+ *    that order (a stream needs no transfer ids). The destination is the
+ *    channel's own `adoptBuffer(descriptor, …)` where it offers one (shm: the
+ *    bytes already sit in the receiver's shared memory), else fresh memory.
  * 5. `close(error?)` is idempotent and fails whatever is pending. When the
  *    peer dies or the pipe breaks, pending and later operations reject with
  *    WorkerUnavailableError (naming the peer); a channel that turns out not
@@ -182,6 +184,15 @@ export interface Channel {
    * come in the order of the peer's sends.
    */
   recv(descriptor: Uint8Array, into: ChannelBuffer): Promise<void>;
+  /**
+   * Optional: a buffer that already holds (or will hold) the transfer `descriptor` describes, to
+   * become the received buffer itself, or null (then the pipe allocates one). The pipe asks right
+   * before `recv`, and passes what it got to `recv` (which then has nothing left to copy). Like any
+   * destination, the buffer belongs to the receiver from then on: a channel may reuse its memory
+   * only once the buffer was garbage collected (shm: its landing blocks). Throws when the
+   * descriptor is malformed or names memory the peer does not hold (the pipe then closes).
+   */
+  adoptBuffer?(descriptor: Uint8Array, byteLength: number, target: DeviceRef): ChannelBuffer | null;
   /** Ends the channel; idempotent. Pending operations reject with `error` (default: a WorkerUnavailableError saying it closed). */
   close(error?: Error): void;
   readonly closed: boolean;

@@ -25,6 +25,17 @@ export interface NativeShmChannel {
   send(id: number, bytes: ArrayBufferView): Promise<void>;
   /** Fills `dest` with transfer `id`; its length must match what the peer sent. */
   recv(id: number, dest: ArrayBufferView): Promise<void>;
+  /**
+   * Copies `bytes` (64 KiB to 64 MiB) into a free landing block the peer offered, on this thread, and
+   * returns the block's id; -1 when none of a fitting size is free (then use send).
+   */
+  land(bytes: ArrayBufferView): number;
+  /** Our landing block `block`, which the peer filled with `length` bytes, as a buffer of its own; offered again once collected. Throws NativeError EPROTO for a block the peer does not hold. */
+  adopt(block: number, length: number): ArrayBuffer;
+  /** Copies our landing block `block` into `dest` and offers it again (when the bytes must land elsewhere). */
+  takeLanded(block: number, dest: ArrayBufferView): void;
+  /** Bytes of landing blocks we offer, bytes of those the peer offers us, transfers we landed, the peer's blocks free now. */
+  landingStats(): { offeredBytes: number; peerBytes: number; landedSends: number; peerFreeBlocks: number };
   close(): void;
   readonly closed: boolean;
   readonly peerPid: number;
@@ -112,6 +123,10 @@ function sync<T>(fn: () => T): T {
 type RawShmChannel = {
   send(id: number, b: ArrayBufferView): Promise<number>;
   recv(id: number, b: ArrayBufferView): Promise<number>;
+  land(b: ArrayBufferView): number;
+  adopt(block: number, length: number): ArrayBuffer;
+  takeLanded(block: number, b: ArrayBufferView): void;
+  landingStats(): { offeredBytes: number; peerBytes: number; landedSends: number; peerFreeBlocks: number };
   close(): void;
   readonly closed: boolean;
   readonly peerPid: number;
@@ -145,6 +160,10 @@ function shmChannel(raw: RawShmChannel): NativeShmChannel {
   return {
     send: (id, b) => typed(sync(() => raw.send(id, b))).then(() => undefined),
     recv: (id, b) => typed(sync(() => raw.recv(id, b))).then(() => undefined),
+    land: (b) => sync(() => raw.land(b)),
+    adopt: (block, length) => sync(() => raw.adopt(block, length)),
+    takeLanded: (block, b) => sync(() => raw.takeLanded(block, b)),
+    landingStats: () => raw.landingStats(),
     close: () => raw.close(),
     get closed() {
       return raw.closed;

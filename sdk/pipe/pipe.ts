@@ -462,7 +462,10 @@ export class Pipe {
       if (!ch) throw new ProtocolError(`bad pipe frame: buffer on unknown channel ${e.channel}`);
       let into: ChannelBuffer;
       try {
-        into = alloc(e.byteLength, e.target);
+        // NB: a custom allocator (opts.allocate) wins over the channel's own buffer
+        into =
+          (this.opts.allocate ? null : ch.adoptBuffer?.(e.descriptor, e.byteLength, e.target)) ??
+          alloc(e.byteLength, e.target);
       } catch (err) {
         throw new ProtocolError(
           `cannot receive a ${e.byteLength}-byte buffer on ${e.target.type}:${e.target.index}: ${(err as Error).message}`,

@@ -4,7 +4,7 @@
 // Nothing is named in /dev/shm: each ring is a memfd handed to the peer over an
 // abstract unix socket (SCM_RIGHTS) and closed right after mapping, so a ring
 // dies with the last process that maps it, whatever way that process ends. The
-// socket stays open only to notice the peer's death (EOF / POLLHUP).
+// socket stays open to carry landing offers and to notice the peer's death (EOF).
 //
 // Connection (both sides, on a libuv worker thread):
 //  1. The listener binds "\0tprpc-shm-<pid>-<random>" (shmListen, JS thread) and
@@ -29,6 +29,23 @@
 //     them only when their `waiting` flag is set (no syscall on the fast path).
 //  4. Peer death: the watcher thread sees EOF on the socket and sets peer_gone;
 //     a sender fails at once, a receiver after draining what the peer wrote.
+//     (The socket otherwise carries only the landing messages below.)
+//
+// Landing (one copy instead of two, for transfers of kLandMin..kLandMax bytes):
+//  1. After a ring transfer of such a size, the receiver's receiver thread creates up to kLandBurst
+//     blocks of its size class (memfd, mapped populated) and sends each to the peer over the socket
+//     (kMsgOffer + SCM_RIGHTS); the peer's watcher thread maps it (populated) as free.
+//  2. The sender's land() (JS thread) copies the bytes into a free block of the class at once and
+//     names the block in the transfer's descriptor (sdk/channel/shm/tagged_channel.ts); no ring,
+//     no thread hand-off.
+//  3. The receiver's adopt() makes the block the received ArrayBuffer itself; when V8 frees that
+//     buffer, the finalizer sends kMsgFree and the peer may fill the block again. takeLanded()
+//     copies a block out instead (a receiver with its own destination) and frees it at once.
+//  4. Blocks stay within TPRPC_SHM_LANDING_BYTES (default 256 MiB) per channel and direction and
+//     ClassLimit() per class; without a free block the transfer goes through the ring. They are
+//     unmapped when the channel closes, or (adopted ones) when their buffer is freed after that.
+//  NB: the peer has our free blocks mapped writable; it is the authenticated, same-uid process
+//  of the handshake, and it writes a block only between our offer and its descriptor.
 //
 // Threads: JS thread (calls, close), one sender, one receiver and one watcher
 // thread per channel. Promises settle on the JS thread (channels/common.h).
@@ -51,7 +68,9 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <map>
 #include <unordered_map>
+#include <vector>
 
 #include "channels/common.h"
 
@@ -138,6 +157,230 @@ bool MapRing(int fd, uint64_t cap, bool init, Ring* r, std::string* why) {
   }
   return true;
 }
+
+
+// ---------------------------------------------------------------------------------------------
+// Landing blocks: receive buffers in shared memory that the peer writes straight into (one copy
+// per transfer instead of two through the ring). See "Landing" in the file comment.
+
+constexpr uint64_t kLandMin = 64 << 10;   // smaller transfers go through the ring
+constexpr uint64_t kLandMax = 64ull << 20; // larger ones too (their copy runs off the JS thread there)
+constexpr size_t kLandPerClass = 16;       // blocks of one size class per channel, at most (or kLandClassBytes)
+constexpr uint64_t kLandClassBytes = 128ull << 20;
+constexpr int kLandBurst = 4;              // blocks offered after one ring transfer of a landing size
+constexpr uint32_t kMsgOffer = 1, kMsgFree = 2;
+
+// Socket message after the handshake (both directions): kMsgOffer carries the block's memfd.
+struct LandMsg {
+  uint32_t type;
+  uint32_t id;
+  uint64_t cap;
+};
+
+uint64_t LandBudgetFromEnv() {
+  const char* v = std::getenv("TPRPC_SHM_LANDING_BYTES");
+  if (v != nullptr && *v != '\0') return std::strtoull(v, nullptr, 10);
+  return 256ull << 20;
+}
+
+// The block size for a transfer of n bytes: 4 classes per power of two (<= 25% slack), whole pages.
+uint64_t LandClass(uint64_t n) {
+  int k = 63 - __builtin_clzll(n - 1);  // 2^k < n <= 2^(k+1)
+  uint64_t step = std::max<uint64_t>((uint64_t{1} << k) / 4, 4096);
+  return (n + step - 1) / step * step;
+}
+
+// How many blocks of capacity `cap` a channel may offer: kLandPerClass, or more small ones up to kLandClassBytes.
+size_t ClassLimit(uint64_t cap) { return std::max<size_t>(kLandPerClass, kLandClassBytes / cap); }
+
+bool SendLandMsg(int sock, const LandMsg& m, int fd) {
+  struct iovec iov = {const_cast<LandMsg*>(&m), sizeof m};
+  char ctrl[CMSG_SPACE(sizeof(int))] = {};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (fd >= 0) {
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    struct cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+  }
+  for (;;) {
+    ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(sizeof m)) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;  // NB: the peer is gone (the watcher reports it) or not reading (the block just goes unused)
+  }
+}
+
+// Our landing blocks (we receive into them; the peer maps and fills them). Shared by the channel and
+// by every ArrayBuffer handed out over a block (its finalizer), so it outlives a closed channel.
+// States: offered (the peer may fill it; it names the block in a descriptor) -> adopted (a JS
+// ArrayBuffer views it) -> offered again once that buffer is collected (kMsgFree tells the peer).
+class Landing {
+ public:
+  Landing(int sock, uint64_t budget) : sock_(sock), budget_(budget) {}
+
+  // Receiver thread, after a ring transfer of n bytes: offers the peer up to kLandBurst more blocks of
+  // its class while the class has fewer than kLandPerClass blocks and the budget allows.
+  void MaybeOffer(uint64_t n) {
+    for (int i = 0; i < kLandBurst; i++)
+      if (!OfferOne(n)) return;
+  }
+
+ private:
+  bool OfferOne(uint64_t n) {
+    if (n < kLandMin || n > kLandMax) return false;
+    uint64_t cap = LandClass(n);
+    uint32_t id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_ || bytes_ + cap > budget_) return false;
+      size_t same = 0;
+      for (auto& b : blocks_) same += (b.ptr != nullptr && b.cap == cap);
+      if (same >= ClassLimit(cap)) return false;
+      id = static_cast<uint32_t>(blocks_.size());
+      blocks_.push_back({nullptr, cap, false, false, 0});
+      bytes_ += cap;
+    }
+    int fd = memfd_create("tprpc-shm-landing", MFD_CLOEXEC);
+    void* p = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(cap)) == 0)
+      p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);  // NB: the pages exist before the peer's first copy
+    std::lock_guard<std::mutex> lock(mu_);
+    bool ok = false;
+    if (p == MAP_FAILED || closed_) {
+      if (p != MAP_FAILED) munmap(p, cap);
+      bytes_ -= cap;
+    } else {
+      blocks_[id].ptr = p;
+      // NB: offered before the peer knows it; the peer can use it only after reading this message.
+      ok = SendLandMsg(sock_, {kMsgOffer, id, cap}, fd);
+      if (!ok) {
+        munmap(p, cap);
+        blocks_[id].ptr = nullptr;
+        bytes_ -= cap;
+      }
+    }
+    if (fd >= 0) close(fd);  // NB: both mappings keep the memory; no descriptor outlives this call
+    return ok;
+  }
+
+ public:
+
+  // JS thread: the block the peer filled, for a buffer of `length` bytes; false (and *why) when the
+  // descriptor names no offered block of at least that size (a broken or hostile peer).
+  // With `env` (the block becomes an ArrayBuffer), also settles what V8 is told; see Account().
+  bool Adopt(Napi::Env* env, uint32_t id, uint64_t length, void** data, std::string* why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (id >= blocks_.size() || blocks_[id].ptr == nullptr || blocks_[id].adopted || blocks_[id].cap < length) {
+      *why = "shm channel: the peer named landing block " + std::to_string(id) + " for " + std::to_string(length) +
+             " bytes, which it was not offered";
+      return false;
+    }
+    blocks_[id].adopted = true;
+    blocks_[id].length = length;
+    *data = blocks_[id].ptr;
+    if (env != nullptr) Account(*env, id);
+    return true;
+  }
+
+  // JS thread: the block is free again (its buffer was collected, or copied out): offer it again,
+  // or unmap it once the channel closed.
+  void Release(Napi::Env* env, uint32_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (id >= blocks_.size() || blocks_[id].ptr == nullptr) return;
+    blocks_[id].adopted = false;
+    if (blocks_[id].hidden && env != nullptr)  // NB: V8 subtracted the length when it freed the buffer
+      Napi::MemoryManagement::AdjustExternalMemory(*env, static_cast<int64_t>(blocks_[id].length));
+    blocks_[id].hidden = false;
+    if (closed_) {
+      munmap(blocks_[id].ptr, blocks_[id].cap);
+      blocks_[id].ptr = nullptr;
+      bytes_ -= blocks_[id].cap;
+      return;
+    }
+    SendLandMsg(sock_, {kMsgFree, id, blocks_[id].cap}, -1);
+  }
+
+  // JS thread, when the channel closes (before its socket is closed): unmaps every block no buffer views.
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    for (auto& b : blocks_) {
+      if (b.ptr != nullptr && !b.adopted) {
+        munmap(b.ptr, b.cap);
+        b.ptr = nullptr;
+        bytes_ -= b.cap;
+      }
+    }
+  }
+
+  uint64_t bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bytes_;
+  }
+
+ private:
+  // What V8 is told about adopted blocks (mu_ held, JS thread). V8 adds every ArrayBuffer's length to
+  // the external memory that sets off its mark-compacts (64 MiB above the last one), and only a
+  // mark-compact frees a buffer made through N-API (its weak handle keeps it alive in scavenges).
+  // Counting every adopted block would cost a mark-compact every other 40 MB message, though the
+  // blocks are memory the channel holds anyway, within its budget. So:
+  //  1. while the block's class has free blocks or may still grow, the new buffer is hidden
+  //     (-length now, +length back when it is freed);
+  //  2. when this adoption leaves the class (which cannot grow) an eighth or less of its blocks free,
+  //     every hidden block is shown (+length each): V8 then sees the memory the channel needs back,
+  //     and collects.
+  void Account(Napi::Env env, uint32_t id) {
+    uint64_t cap = blocks_[id].cap;
+    size_t same = 0, free = 0;
+    for (auto& b : blocks_) {
+      if (b.ptr == nullptr || b.cap != cap) continue;
+      ++same;
+      free += !b.adopted;
+    }
+    // NB: shown a little before the last free block goes, so the collection can finish (and free
+    // blocks) before the peer runs out and falls back to the ring
+    bool exhausted = free <= same / 8 && (same >= ClassLimit(cap) || bytes_ + cap > budget_);
+    if (!exhausted) {
+      blocks_[id].hidden = true;
+      Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(blocks_[id].length));
+      return;
+    }
+    int64_t shown = 0;
+    for (auto& b : blocks_) {
+      if (b.ptr != nullptr && b.adopted && b.hidden) {
+        b.hidden = false;
+        shown += static_cast<int64_t>(b.length);
+      }
+    }
+    if (shown != 0) Napi::MemoryManagement::AdjustExternalMemory(env, shown);
+  }
+
+  struct Block {
+    void* ptr;
+    uint64_t cap;
+    bool adopted;
+    bool hidden;      // adopted, and its length taken off V8's external memory (Account)
+    uint64_t length;  // of the adopted buffer
+  };
+  std::mutex mu_;
+  int sock_;
+  uint64_t budget_;
+  std::vector<Block> blocks_;  // index = id; ptr null once unmapped (ids are never reused)
+  uint64_t bytes_ = 0;         // mapped
+  bool closed_ = false;
+};
+
+// What an adopted block's ArrayBuffer finalizer needs.
+struct LandRef {
+  std::shared_ptr<Landing> landing;
+  uint32_t id;
+};
 
 // Everything a connected channel needs; filled on a worker thread by the handshake.
 struct Connected {
@@ -282,7 +525,8 @@ struct RecvJob {
 
 class ShmCore {
  public:
-  ShmCore(const Connected& c, Completer* done) : c_(c), done_(done) {}
+  ShmCore(const Connected& c, Completer* done)
+      : c_(c), done_(done), landing_(std::make_shared<Landing>(c.sock, LandBudgetFromEnv())) {}
 
   void Start() {
     wake_fd_ = eventfd(0, EFD_CLOEXEC);
@@ -332,10 +576,47 @@ class ShmCore {
     sends_.clear();
     recvs_.clear();
     done_->Release();
+    landing_->Close();  // NB: before the socket closes: a later finalizer must not write to a reused fd
     close(c_.sock);
+    for (auto& kv : peer_blocks_) munmap(kv.second.ptr, kv.second.cap);
+    peer_blocks_.clear();
+    peer_free_.clear();
     close(wake_fd_);
     c_.out.Unmap();
     c_.in.Unmap();
+  }
+
+  // JS thread: copies `length` bytes into a free block the peer offered (of a fitting size class)
+  // and returns its id, or -1 when there is none (then the transfer goes through the ring).
+  int64_t Land(const char* data, uint64_t length) {
+    if (length < kLandMin || length > kLandMax || closing_.load() || peer_gone_.load()) return -1;
+    uint32_t id;
+    void* dst;
+    {
+      std::lock_guard<std::mutex> lock(peer_mu_);
+      auto it = peer_free_.lower_bound(length);
+      if (it == peer_free_.end() || it->first > LandClass(length)) return -1;
+      it = std::prev(peer_free_.upper_bound(it->first));  // NB: the block freed last: most likely still in cache
+      id = it->second;
+      peer_free_.erase(it);
+      dst = peer_blocks_[id].ptr;
+    }
+    std::memcpy(dst, data, length);
+    ++landed_sends_;
+    return id;
+  }
+
+  std::shared_ptr<Landing> landing() const { return landing_; }
+  uint64_t landed_sends() const { return landed_sends_; }
+  uint64_t peer_block_bytes() {
+    std::lock_guard<std::mutex> lock(peer_mu_);
+    uint64_t n = 0;
+    for (auto& kv : peer_blocks_) n += kv.second.cap;
+    return n;
+  }
+  uint64_t peer_free_blocks() {
+    std::lock_guard<std::mutex> lock(peer_mu_);
+    return peer_free_.size();
   }
 
   int peer_pid() const { return c_.peer_pid; }
@@ -357,8 +638,8 @@ class ShmCore {
 
   // JS thread: the socket shows the peer's end now (the watcher thread may not have run yet).
   bool PeerHungUp() {
-    struct pollfd p = {c_.sock, POLLIN, 0};
-    if (poll(&p, 1, 0) == 1 && p.revents != 0) peer_gone_.store(true);
+    struct pollfd p = {c_.sock, POLLRDHUP, 0};  // NB: not POLLIN: the peer's landing messages are readable data
+    if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) peer_gone_.store(true);
     return peer_gone_.load();
   }
 
@@ -460,6 +741,7 @@ class ShmCore {
       uint64_t rec[2] = {j.id, j.length};
       Outcome o;
       if (Write(reinterpret_cast<const char*>(rec), sizeof rec, &o)) Write(j.data, j.length, &o);
+
       done_->Finish(j.job, o);
       if (!o.ok) Break(o);
     }
@@ -491,7 +773,8 @@ class ShmCore {
         if (!Read(nullptr, rec[1], &o)) return Break(o);
         continue;
       }
-      Read(j.data, j.length, &o);
+      if (Read(j.data, j.length, &o)) landing_->MaybeOffer(j.length);
+
       done_->Finish(j.job, o);
       if (!o.ok) return Break(o);
     }
@@ -512,14 +795,49 @@ class ShmCore {
     for (auto& kv : recvs) done_->Finish(kv.second.job, broken_);
   }
 
-  // Watcher thread: any readability of the socket after the handshake is the peer's end.
+  // Watcher thread: the peer's landing offers (kMsgOffer with the block's memfd, which we map) and
+  // frees; end of file (or an error) on the socket is the peer's end.
+  bool TakeLandMsg() {
+    LandMsg m = {};
+    struct iovec iov = {&m, sizeof m};
+    char ctrl[CMSG_SPACE(sizeof(int))] = {};
+    struct msghdr msg = {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    ssize_t n;
+    do n = recvmsg(c_.sock, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    while (n < 0 && errno == EINTR);
+    int fd = -1;
+    for (struct cmsghdr* cm = CMSG_FIRSTHDR(&msg); n > 0 && cm != nullptr; cm = CMSG_NXTHDR(&msg, cm))
+      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+    if (n != static_cast<ssize_t>(sizeof m)) {
+      if (fd >= 0) close(fd);
+      return false;
+    }
+    std::lock_guard<std::mutex> lock(peer_mu_);
+    if (m.type == kMsgOffer && fd >= 0 && peer_blocks_.count(m.id) == 0 && m.cap >= kLandMin && m.cap <= LandClass(kLandMax)) {
+      // NB: populated here, off the JS thread, so a copy into the block never faults
+      void* p = mmap(nullptr, m.cap, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+      if (p != MAP_FAILED) {
+        peer_blocks_[m.id] = {p, m.cap};
+        peer_free_.emplace(m.cap, m.id);
+      }
+    } else if (m.type == kMsgFree && peer_blocks_.count(m.id) != 0) {
+      peer_free_.emplace(peer_blocks_[m.id].cap, m.id);
+    }
+    if (fd >= 0) close(fd);
+    return true;
+  }
+
   void Watch() {
     struct pollfd p[2] = {{c_.sock, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     for (;;) {
       int n = poll(p, 2, -1);
       if (n < 0 && errno == EINTR) continue;
       if (closing_.load() || (p[1].revents & POLLIN)) return;
-      if (n > 0 && p[0].revents != 0) {
+      if (n > 0 && p[0].revents != 0 && !((p[0].revents & POLLIN) && TakeLandMsg())) {
         peer_gone_.store(true, std::memory_order_release);
         WakeAll();
         // The receiver fails once it drained the ring; the sender fails at its next wait.
@@ -548,6 +866,15 @@ class ShmCore {
   Outcome broken_;  // !ok once a fatal error happened (guarded by mu_)
   std::atomic<bool> closing_{false}, peer_gone_{false};
   bool closed_ = false;  // JS thread
+  std::shared_ptr<Landing> landing_;  // blocks we offer the peer
+  struct PeerBlock {
+    void* ptr;
+    uint64_t cap;
+  };
+  std::mutex peer_mu_;  // JS thread (Land) and watcher thread (offers, frees)
+  std::map<uint32_t, PeerBlock> peer_blocks_;   // blocks the peer offered us, mapped
+  std::multimap<uint64_t, uint32_t> peer_free_;  // capacity -> id of those we may fill now
+  uint64_t landed_sends_ = 0;  // JS thread
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -563,6 +890,10 @@ class ShmChannel : public Napi::ObjectWrap<ShmChannel> {
     Napi::Function f = DefineClass(env, "ShmChannel",
                                    {InstanceMethod<&ShmChannel::Send>("send"), InstanceMethod<&ShmChannel::Recv>("recv"),
                                     InstanceMethod<&ShmChannel::Close>("close"),
+                                    InstanceMethod<&ShmChannel::Land>("land"),
+                                    InstanceMethod<&ShmChannel::Adopt>("adopt"),
+                                    InstanceMethod<&ShmChannel::TakeLanded>("takeLanded"),
+                                    InstanceMethod<&ShmChannel::LandingStats>("landingStats"),
                                     InstanceAccessor<&ShmChannel::PeerPid>("peerPid"),
                                     InstanceAccessor<&ShmChannel::RingBytes>("ringBytes"),
                                     InstanceAccessor<&ShmChannel::Closed>("closed")});
@@ -612,6 +943,62 @@ class ShmChannel : public Napi::ObjectWrap<ShmChannel> {
     if (closed_ || !core->PostRecv(static_cast<uint64_t>(id), {b.data, b.length, job}, &why))
       core->completer()->Settle(env, job, closed_ ? Outcome::Fail("ECHANNELCLOSED", 0, "shm channel: closed") : why);
     return promise;
+  }
+
+  // land(bytes) -> block id, or -1: the bytes are now in the peer's block (see ShmCore::Land).
+  Napi::Value Land(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    ShmCore* core = Live(env, "land");
+    Bytes b = BytesArg(info[0], "ShmChannel.land");
+    int64_t id = closed_ ? -1 : core->Land(b.data, b.length);
+    return Napi::Number::New(env, static_cast<double>(id));
+  }
+
+  // adopt(block, length) -> ArrayBuffer over our landing block `block` (which the peer filled);
+  // the block is offered again once the buffer is collected. Throws when the peer named a block
+  // it does not hold.
+  Napi::Value Adopt(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    ShmCore* core = Live(env, "adopt");
+    uint32_t id = static_cast<uint32_t>(NumberArg(info, 0, "ShmChannel.adopt", "block"));
+    uint64_t length = static_cast<uint64_t>(NumberArg(info, 1, "ShmChannel.adopt", "length"));
+    void* data = nullptr;
+    std::string why;
+    if (!core->landing()->Adopt(&env, id, length, &data, &why)) throw ToJsError(env, Outcome::Fail("EPROTO", 0, why));
+    auto* ref = new LandRef{core->landing(), id};
+    // NB: Node runs this finalizer on the JS thread, after the mark-compact that freed the buffer.
+    return Napi::ArrayBuffer::New(
+        env, data, length,
+        [](Napi::Env env, void*, LandRef* r) {
+          r->landing->Release(&env, r->id);
+          delete r;
+        },
+        ref);
+  }
+
+  // takeLanded(block, dest): copies our landing block into dest and offers the block again.
+  Napi::Value TakeLanded(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    ShmCore* core = Live(env, "takeLanded");
+    uint32_t id = static_cast<uint32_t>(NumberArg(info, 0, "ShmChannel.takeLanded", "block"));
+    Bytes b = BytesArg(info[1], "ShmChannel.takeLanded");
+    void* data = nullptr;
+    std::string why;
+    if (!core->landing()->Adopt(nullptr, id, b.length, &data, &why)) throw ToJsError(env, Outcome::Fail("EPROTO", 0, why));
+    std::memcpy(b.data, data, b.length);
+    core->landing()->Release(nullptr, id);
+    return env.Undefined();
+  }
+
+  // landingStats() -> { offeredBytes, peerBytes, landedSends } (tests, debugging).
+  Napi::Value LandingStats(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("offeredBytes", Napi::Number::New(env, core_ ? static_cast<double>(core_->landing()->bytes()) : 0));
+    o.Set("peerBytes", Napi::Number::New(env, core_ && !closed_ ? static_cast<double>(core_->peer_block_bytes()) : 0));
+    o.Set("landedSends", Napi::Number::New(env, core_ ? static_cast<double>(core_->landed_sends()) : 0));
+    o.Set("peerFreeBlocks", Napi::Number::New(env, core_ && !closed_ ? static_cast<double>(core_->peer_free_blocks()) : 0));
+    return o;
   }
 
   Napi::Value Close(const Napi::CallbackInfo& info) {

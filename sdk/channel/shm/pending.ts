@@ -126,11 +126,13 @@ export function sameHostDomain(host: HostIdentity, namespaces: readonly string[]
 
 /**
  * Descriptors of the native channels start with a kind byte: INLINE (the bytes follow: buffers up
- * to INLINE_MAX ride in the control frame, skipping the data path's thread hand-offs) or RECORD
- * (the channel's own fields follow).
+ * to INLINE_MAX ride in the control frame, skipping the data path's thread hand-offs), RECORD
+ * (the channel's own fields follow) or LANDED (shm only: the receiver's block that holds the bytes).
  */
 export const INLINE = 1;
 export const RECORD = 0;
+/** shm: the bytes are already in the receiver's landing block named by the descriptor (./tagged_channel.ts). */
+export const LANDED = 2;
 export const INLINE_MAX = 16 * 1024;
 
 export function inlineDescriptor(bytes: Uint8Array): Uint8Array {

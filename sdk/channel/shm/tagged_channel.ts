@@ -9,20 +9,76 @@
  *    native side fills `into` with transfer `id` (the lengths must agree).
  * 3. close(error?) fails every pending operation with `error` (default: the
  *    peer is gone) and closes the native connection; idempotent.
+ * Landing (shm only, connections with `land`): a buffer of 64 KiB to 64 MiB is
+ * copied at once, on this thread, into a block of the receiver's shared memory
+ * that the receiver offered us; the descriptor names the block (LANDED) and
+ * `done` resolves at once. The receiver's pipe asks `adoptBuffer` for it, and
+ * the block itself becomes the received buffer (no second copy, no thread
+ * hand-off); a receiver that brings its own buffer gets a copy. Without a free
+ * block of a fitting size the transfer goes through the ring as in 1.
  */
 import { ChannelNotViableError } from "../../errors/index.js";
 import { debug } from "../../util/index.js";
 import type { Channel, ChannelBuffer, ChannelSend } from "../interface.js";
-import { channelError, closedError, INLINE_MAX, inlineDescriptor, Pending, RECORD, takeInline } from "./pending.js";
+import type { DeviceRef } from "../interface.js";
+import {
+  channelError,
+  closedError,
+  INLINE_MAX,
+  inlineDescriptor,
+  LANDED,
+  Pending,
+  RECORD,
+  takeInline,
+} from "./pending.js";
 
 /** What the native connection offers: transfers keyed by id, in call order per direction. */
 export interface TaggedConnection {
   send(id: number, bytes: ArrayBufferView): Promise<void>;
   recv(id: number, dest: ArrayBufferView): Promise<void>;
   close(): void;
+  /** Landing (see the file comment): the peer's block now holding `bytes`, or -1. */
+  land?(bytes: ArrayBufferView): number;
+  /** Our landing block the peer filled, as a buffer of its own. */
+  adopt?(block: number, length: number): ArrayBuffer;
+  /** Copies our landing block into `dest` and offers it again. */
+  takeLanded?(block: number, dest: ArrayBufferView): void;
+  /** Landing figures (tests, debugging). */
+  landingStats?(): LandingStats;
+}
+
+/** What a landing connection reports: see NativeShmChannel.landingStats. */
+export interface LandingStats {
+  offeredBytes: number;
+  peerBytes: number;
+  landedSends: number;
+  peerFreeBlocks: number;
 }
 
 const DESCRIPTOR_BYTES = 17; // RECORD, then id and length as float64
+const LANDED_BYTES = 13; // LANDED, then the block as uint32 and the length as float64
+/** Smallest buffer worth landing (below: the ring; matches the native side's kLandMin). */
+const LAND_MIN = 64 << 10;
+
+function encodeLanded(block: number, length: number): Uint8Array {
+  const d = new Uint8Array(LANDED_BYTES);
+  const v = new DataView(d.buffer);
+  d[0] = LANDED;
+  v.setUint32(1, block, true);
+  v.setFloat64(5, length, true);
+  return d;
+}
+
+/** (block, length) of a LANDED descriptor, or null for another kind. */
+function decodeLanded(name: string, d: Uint8Array): { block: number; length: number } | null {
+  if (d.byteLength === 0 || d[0] !== LANDED) return null;
+  if (d.byteLength !== LANDED_BYTES)
+    throw new ChannelNotViableError(
+      `${name} channel: a landed descriptor of ${d.byteLength} bytes is not ours (expected ${LANDED_BYTES})`,
+    );
+  const v = new DataView(d.buffer, d.byteOffset, d.byteLength);
+  return { block: v.getUint32(1, true), length: v.getFloat64(5, true) };
+}
 
 function encode(id: number, length: number): Uint8Array {
   const d = new Uint8Array(DESCRIPTOR_BYTES);
@@ -46,6 +102,8 @@ export class TaggedChannel implements Channel {
   private readonly pending = new Pending();
   private nextId = 0;
   private isClosed = false;
+  /** Buffers adoptBuffer handed out, by the block they view (recv then has nothing to copy). */
+  private readonly adopted = new WeakMap<ArrayBuffer, number>();
 
   constructor(
     readonly name: string,
@@ -62,10 +120,28 @@ export class TaggedChannel implements Channel {
     }
     if (buffer.bytes.byteLength <= INLINE_MAX)
       return { descriptor: inlineDescriptor(buffer.bytes), done: this.pending.track(Promise.resolve(), (e) => e) };
+    if (this.conn.land && buffer.bytes.byteLength >= LAND_MIN && !this.isClosed) {
+      const block = this.conn.land(buffer.bytes);
+      if (block >= 0)
+        return {
+          descriptor: encodeLanded(block, buffer.bytes.byteLength),
+          done: this.pending.track(Promise.resolve(), (e) => e),
+        };
+    }
     const id = this.nextId++;
     const descriptor = encode(id, buffer.bytes.byteLength);
     const done = this.pending.track(this.conn.send(id, buffer.bytes), (e) => channelError(this.name, this.peer, e));
     return { descriptor, done };
+  }
+
+  /** A landed transfer's own block as its destination (see the file comment); null for any other transfer. */
+  adoptBuffer(descriptor: Uint8Array, byteLength: number, target: DeviceRef): ChannelBuffer | null {
+    if (target.type !== "cpu" || !this.conn.adopt || this.isClosed) return null;
+    const d = decodeLanded(this.name, descriptor);
+    if (!d || d.length !== byteLength) return null;
+    const ab = this.conn.adopt(d.block, d.length);
+    this.adopted.set(ab, d.block);
+    return { kind: "cpu", bytes: new Uint8Array(ab, 0, d.length) };
   }
 
   recv(descriptor: Uint8Array, into: ChannelBuffer): Promise<void> {
@@ -74,6 +150,17 @@ export class TaggedChannel implements Channel {
     let d: { id: number; length: number };
     try {
       if (takeInline(this.name, descriptor, into.bytes)) return this.pending.track(Promise.resolve(), (e) => e);
+      const landed = decodeLanded(this.name, descriptor);
+      if (landed) {
+        if (landed.length !== into.bytes.byteLength || !this.conn.takeLanded)
+          throw new ChannelNotViableError(
+            `${this.name} channel: a landed transfer of ${landed.length} bytes for a destination of ${into.bytes.byteLength}`,
+          );
+        // NB: a buffer adoptBuffer made for this block already holds the bytes
+        if (this.adopted.get(into.bytes.buffer as ArrayBuffer) !== landed.block)
+          this.conn.takeLanded(landed.block, into.bytes);
+        return this.pending.track(Promise.resolve(), (e) => e);
+      }
       d = decode(this.name, descriptor);
     } catch (e) {
       return Promise.reject(e);
@@ -85,6 +172,11 @@ export class TaggedChannel implements Channel {
         ),
       );
     return this.pending.track(this.conn.recv(d.id, into.bytes), (e) => channelError(this.name, this.peer, e));
+  }
+
+  /** Landing figures of this channel (null where the connection has no landing): tests, debugging. */
+  landingStats(): LandingStats | null {
+    return this.isClosed ? null : (this.conn.landingStats?.() ?? null);
   }
 
   close(error?: Error): void {

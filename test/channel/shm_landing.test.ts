@@ -1,0 +1,188 @@
+/**
+ * The shm channel's landing blocks (sdk/channel/shm/tagged_channel.ts, native/src/channels/shm.cc):
+ * a buffer of 64 KiB to 64 MiB is copied once, straight into shared memory the receiver offered,
+ * and the receiver's pipe takes that memory as the received buffer.
+ * 1. Channel level, with a real peer process (test/bench/channel_peer.ts): the first transfer of a
+ *    size class goes through the ring, the peer then offers blocks and the next send of that class
+ *    lands; sizes just outside the landing range never land; a receiver that brings its own buffer
+ *    gets a copy; echoes stay intact; after close no landing mapping is left in this process.
+ * 2. Through rpc (master + one real worker, TPRPC_CHANNELS=shm, a landing budget of 8 MiB so blocks
+ *    run out and transfers fall back to the ring): a tensor the master receives lives in a landing
+ *    block (no second copy); tensors the worker keeps stay as they were sent while the master
+ *    mutates and resends its own; every round trip comes back intact.
+ */
+import fs from "node:fs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { TaggedChannel } from "../../sdk/channel/shm/tagged_channel.js";
+import { type Tensor, rpc, zeros } from "../../sdk/index.js";
+import { loadNative } from "../../sdk/native/binding.js";
+import { startLocalWorkers, type LocalCluster } from "../../sdk/rpc/launcher.js";
+import { ChannelPeer, pattern } from "../bench/channel_peer.js";
+import { nativeOrSkip } from "../native/helpers.js";
+
+const { skip } = nativeOrSkip();
+
+/** [start, end) of this process's mappings of landing blocks (memfds named tprpc-shm-landing). */
+function landingMappings(): Array<[number, number]> {
+  return fs
+    .readFileSync("/proc/self/maps", "utf8")
+    .split("\n")
+    .filter((l) => l.includes("tprpc-shm-landing"))
+    .map(
+      (l) =>
+        l
+          .split(" ")[0]!
+          .split("-")
+          .map((h) => parseInt(h, 16)) as [number, number],
+    );
+}
+
+function same(a: Uint8Array, b: Uint8Array): boolean {
+  return (
+    a.byteLength === b.byteLength &&
+    Buffer.compare(
+      Buffer.from(a.buffer, a.byteOffset, a.byteLength),
+      Buffer.from(b.buffer, b.byteOffset, b.byteLength),
+    ) === 0
+  );
+}
+
+/** Polls `cond` every 10 ms for at most `ms`. */
+async function until(cond: () => boolean, ms: number): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) return false;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  return true;
+}
+
+describe.skipIf(skip !== null)("shm landing blocks, channel level", () => {
+  let peer: ChannelPeer;
+  let ch: TaggedChannel;
+
+  beforeAll(async () => {
+    const { shmChannelContext } = await import("../../sdk/channel/shm/index.js");
+    peer = await ChannelPeer.start(shmChannelContext);
+    ch = peer.channel as TaggedChannel;
+  }, 30_000);
+
+  afterAll(async () => {
+    await peer?.kill();
+  });
+
+  it("the second send of a size class lands in a block the peer offered; sizes outside 64 KiB-64 MiB never land", async () => {
+    const stats = () => ch.landingStats()!;
+    expect(stats()).not.toBeNull();
+    let seed = 1;
+    for (const n of [65_536, 1_000_003, 4_000_000, 40_000_000]) {
+      const first = pattern(n, seed++);
+      expect(same(await peer.echo(first).back, first), `${n} B through the ring`).toBe(true);
+      // the peer offers blocks of this class after its first (ring) receive; our watcher maps them
+      expect(await until(() => stats().peerFreeBlocks > 0, 5_000), `blocks offered for ${n} B`).toBe(true);
+      const before = stats().landedSends;
+      const x = pattern(n, seed++);
+      const e = peer.echo(x);
+      expect(stats().landedSends, `${n} B landed`).toBe(before + 1);
+      // the echo comes back into the buffer our side brings (a copy out of our own block)
+      expect(same(await e.back, x), `${n} B landed and echoed`).toBe(true);
+      await e.done;
+    }
+    for (const n of [65_535, 64 * 2 ** 20 + 1]) {
+      const before = stats().landedSends;
+      for (let k = 0; k < 2; k++) {
+        const x = pattern(n, seed++);
+        expect(same(await peer.echo(x).back, x), `${n} B`).toBe(true);
+      }
+      expect(stats().landedSends, `${n} B never lands`).toBe(before);
+    }
+    expect(peer.childErrors).toEqual([]);
+    expect(landingMappings().length).toBeGreaterThan(0);
+  }, 60_000);
+
+  it("leaves no landing mapping behind once the channel is closed", async () => {
+    ch.close();
+    expect(ch.landingStats()).toBeNull();
+    // NB: this side copied every landed transfer out, so no buffer of ours still views a block
+    expect(landingMappings()).toEqual([]);
+  });
+});
+
+const keep = (t: Tensor): number => {
+  const g = globalThis as { __landingKept?: Tensor[] };
+  (g.__landingKept ??= []).push(t);
+  return g.__landingKept.length;
+};
+
+const keptRanges = (): Array<[number, number]> =>
+  ((globalThis as { __landingKept?: Tensor[] }).__landingKept ?? []).map((t) => {
+    const a = t.typedArray() as Float32Array;
+    let lo = Infinity;
+    let hi = -Infinity;
+    for (const v of a) {
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    return [lo, hi];
+  });
+
+describe.skipIf(skip !== null)("shm landing blocks through rpc", () => {
+  const ENV = { TPRPC_CHANNELS: "shm", TPRPC_SHM_LANDING_BYTES: String(8 * 2 ** 20) };
+  const saved: Record<string, string | undefined> = {};
+  let cluster: LocalCluster | undefined;
+
+  beforeAll(async () => {
+    for (const [k, v] of Object.entries(ENV)) {
+      saved[k] = process.env[k];
+      process.env[k] = v;
+    }
+    cluster = await startLocalWorkers({ workers: 1, env: ENV });
+    await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 30_000, initTimeoutMs: 30_000 });
+    expect((await rpc.pipeInfo("worker1")).channels["cpu-cpu"]).toBe("shm");
+  }, 60_000);
+
+  afterAll(async () => {
+    await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
+    await cluster?.close();
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }, 30_000);
+
+  it("a received tensor lives in a landing block, and stays as sent when the sender mutates its own", async () => {
+    const native = loadNative()!;
+    const x = zeros([262_144]); // 1 MiB of float32
+    const xs = x.typedArray() as Float32Array;
+    const back: Tensor[] = [];
+    for (let i = 1; i <= 6; i++) {
+      xs.fill(i);
+      back.push((await rpc.rpcSync("worker1", (t: Tensor) => t, [x])) as Tensor);
+    }
+    xs.fill(-1);
+    back.forEach((y, i) => {
+      const v = y.typedArray() as Float32Array;
+      expect([v[0], v[v.length - 1], v.length], `echo ${i + 1}`).toEqual([i + 1, i + 1, 262_144]);
+    });
+    // the first echo came through the ring (no blocks yet); later ones landed in our blocks
+    const maps = landingMappings();
+    const inBlock = back.map((y) => {
+      const at = native.addressOf(y.typedArray());
+      return maps.some(([lo, hi]) => at >= lo && at < hi);
+    });
+    expect(inBlock.slice(1).some(Boolean)).toBe(true);
+  }, 60_000);
+
+  it("tensors the worker keeps stay intact while the master mutates and resends, landed or (once blocks run out) through the ring", async () => {
+    const x = zeros([262_144]);
+    const xs = x.typedArray() as Float32Array;
+    const n = 24; // more 1 MiB tensors than the 8 MiB budget has blocks
+    for (let i = 1; i <= n; i++) {
+      xs.fill(i);
+      expect(await rpc.rpcSync("worker1", keep, [x])).toBe(i);
+    }
+    xs.fill(0);
+    const ranges = (await rpc.rpcSync("worker1", keptRanges)) as Array<[number, number]>;
+    expect(ranges).toEqual(Array.from({ length: n }, (_, i) => [i + 1, i + 1]));
+  }, 60_000);
+});
