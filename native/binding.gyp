@@ -25,6 +25,7 @@
         "src/kernels/fused.cc",
         "src/channels/common.cc",
         "src/channels/shm.cc",
+        "src/channels/shared.cc",
         "src/channels/cma.cc",
         "src/channels/ucx.cc",
         "src/channels/register.cc",

@@ -16,6 +16,8 @@ import { provideDeviceBackend } from "./tensor/backend/devices.js";
 import { CudaDeviceBackend } from "./tensor/backend/cuda/index.js";
 import { cudaDevices, gpuLibrary, nativeGpu } from "./native/gpu.js";
 import { arrayOver, itemSize } from "./tensor/dtype.js";
+import { setSharedMemoryProvider } from "./tensor/shared.js";
+import { nativeChannels } from "./native/channels.js";
 
 // The native CPU backend becomes the default when the addon loads (TPRPC_BACKEND=ts keeps the
 // reference; TPRPC_NATIVE=0 skips loading). TPRPC_NATIVE_MIN_NUMEL tunes the size below which work
@@ -27,6 +29,9 @@ import { arrayOver, itemSize } from "./tensor/dtype.js";
 // live and a 4M-element add took 30 ms, against 2.2 ms and ~200 MB RSS with V8's allocator).
 // TPRPC_NATIVE_POOL=1 opts in; the channels use the pool directly for shared and receive buffers.
 const native = loadNative();
+// Tensor.shareMemory_: memfd-backed storages (native/src/channels/shared.cc), Linux only.
+const shm = process.platform === "linux" ? nativeChannels() : null;
+if (shm) setSharedMemoryProvider({ alloc: (n) => shm.shareAlloc(n), isShared: (v) => shm.isShared(v) });
 if (native) {
   const minNumel = Number(process.env.TPRPC_NATIVE_MIN_NUMEL ?? 4096);
   const pooled = process.env.TPRPC_NATIVE_POOL === "1";

@@ -19,6 +19,15 @@
  */
 import { loadNative, toNativeError } from "./binding.js";
 
+/** What an shm channel reports about its landing blocks and shared transfers (tests, debugging). */
+export interface ShmLandingStats {
+  offeredBytes: number;
+  peerBytes: number;
+  landedSends: number;
+  sharedSends: number;
+  peerFreeBlocks: number;
+}
+
 /** One direction-pair of shm rings to one peer process. */
 export interface NativeShmChannel {
   /** Queues `bytes` as transfer `id` (sent in call order); resolves once they are in the ring (the buffer may be reused). */
@@ -34,8 +43,18 @@ export interface NativeShmChannel {
   adopt(block: number, length: number): ArrayBuffer;
   /** Copies our landing block `block` into `dest` and offers it again (when the bytes must land elsewhere). */
   takeLanded(block: number, dest: ArrayBufferView): void;
-  /** Bytes of landing blocks we offer, bytes of those the peer offers us, transfers we landed, the peer's blocks free now. */
-  landingStats(): { offeredBytes: number; peerBytes: number; landedSends: number; peerFreeBlocks: number };
+  /**
+   * Hands the peer the shared storage (shareAlloc) that holds `bytes` (at least 64 KiB), freezing
+   * its file first if needed, and returns the transfer's id; -1 when the bytes are not in one, or
+   * this process wrote to them since the file was frozen (then land or send them).
+   */
+  share(bytes: ArrayBufferView): number;
+  /** The peer's shared transfer `id` (`length` bytes), mapped copy-on-write as a buffer of its own. Throws NativeError EPROTO for a file that is not sealed or too short. */
+  adoptShared(id: number, length: number): ArrayBuffer;
+  /** Copies the peer's shared transfer `id` into `dest`. */
+  takeShared(id: number, dest: ArrayBufferView): void;
+  /** Bytes of landing blocks we offer, bytes of those the peer offers us, transfers we landed or shared, the peer's blocks free now. */
+  landingStats(): ShmLandingStats;
   close(): void;
   readonly closed: boolean;
   readonly peerPid: number;
@@ -96,6 +115,10 @@ export interface NativeChannels {
   shmListen(): NativeShmListener;
   shmConnect(name: string, expectedPid: number, timeoutMs: number): Promise<NativeShmChannel>;
   readonly shmRingBytes: number;
+  /** A zero-filled ArrayBuffer of `byteLength` bytes in a new shared-memory file (Tensor.shareMemory_; native/src/channels/shared.cc). */
+  shareAlloc(byteLength: number): ArrayBuffer;
+  /** Whether the view's bytes lie in shared memory made by shareAlloc or received from a peer that way. */
+  isShared(view: ArrayBufferView): boolean;
   cmaProbeWord(): NativeCmaProbe;
   cmaCheck(pid: number, address: number, value: number): NativeCmaCheck;
   /** Fills `dest` (its whole length) from `address` in process `pid`. */
@@ -126,7 +149,10 @@ type RawShmChannel = {
   land(b: ArrayBufferView): number;
   adopt(block: number, length: number): ArrayBuffer;
   takeLanded(block: number, b: ArrayBufferView): void;
-  landingStats(): { offeredBytes: number; peerBytes: number; landedSends: number; peerFreeBlocks: number };
+  share(b: ArrayBufferView): number;
+  adoptShared(id: number, length: number): ArrayBuffer;
+  takeShared(id: number, b: ArrayBufferView): void;
+  landingStats(): ShmLandingStats;
   close(): void;
   readonly closed: boolean;
   readonly peerPid: number;
@@ -149,6 +175,8 @@ type RawChannels = {
   shmListen(): RawShmListener;
   shmConnect(name: string, pid: number, timeoutMs: number): Promise<RawShmChannel>;
   shmRingBytes: number;
+  shareAlloc(byteLength: number): ArrayBuffer;
+  isShared(view: ArrayBufferView): boolean;
   cmaProbeWord(): NativeCmaProbe;
   cmaCheck(pid: number, address: number, value: number): NativeCmaCheck;
   cmaRead(pid: number, address: number, dest: ArrayBufferView): Promise<number>;
@@ -163,6 +191,9 @@ function shmChannel(raw: RawShmChannel): NativeShmChannel {
     land: (b) => sync(() => raw.land(b)),
     adopt: (block, length) => sync(() => raw.adopt(block, length)),
     takeLanded: (block, b) => sync(() => raw.takeLanded(block, b)),
+    share: (b) => sync(() => raw.share(b)),
+    adoptShared: (id, length) => sync(() => raw.adoptShared(id, length)),
+    takeShared: (id, b) => sync(() => raw.takeShared(id, b)),
     landingStats: () => raw.landingStats(),
     close: () => raw.close(),
     get closed() {
@@ -205,6 +236,8 @@ export function nativeChannels(): NativeChannels | null {
     },
     shmConnect: (name, pid, timeoutMs) => typed(sync(() => raw.shmConnect(name, pid, timeoutMs))).then(shmChannel),
     shmRingBytes: raw.shmRingBytes,
+    shareAlloc: (n) => sync(() => raw.shareAlloc(n)),
+    isShared: (v) => raw.isShared(v),
     cmaProbeWord: () => sync(() => raw.cmaProbeWord()),
     cmaCheck: (pid, address, value) => sync(() => raw.cmaCheck(pid, address, value)),
     cmaRead: (pid, address, dest) => typed(sync(() => raw.cmaRead(pid, address, dest))).then(() => undefined),

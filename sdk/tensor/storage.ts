@@ -8,8 +8,9 @@
  * throws a DeviceError, since host code cannot read device memory: copy it
  * with `.cpu()` first (sdk/tensor/device_copy.ts moves bytes between devices).
  */
-import { DeviceError } from "../errors/index.js";
-import { type DType, type StorageArray, allocArray, allocArrayUninit, itemSize } from "./dtype.js";
+import { DeviceError, NotImplementedError } from "../errors/index.js";
+import { type DType, type StorageArray, allocArray, allocArrayUninit, arrayOver, itemSize } from "./dtype.js";
+import { sharedMemoryProvider } from "./shared.js";
 import { type Device, assertDeviceUsable, cpu } from "./device.js";
 import { getBackend } from "./backend/registry.js";
 import { deviceBackendFor } from "./backend/devices.js";
@@ -21,7 +22,8 @@ const LARGE = 1 << 14;
 export class Storage {
   /** Bumped by every in-place write through any view of this storage. */
   version = 0;
-  private readonly host: StorageArray | null;
+  /** NB: replaced only by shareMemory_ (same values, new memory). */
+  private host: StorageArray | null;
   /** The device memory behind a non-CPU storage; null on the CPU. */
   readonly memory: DeviceMemory | null;
   private readonly numel: number;
@@ -77,6 +79,28 @@ export class Storage {
 
   get length(): number {
     return this.numel;
+  }
+
+  /** Whether the elements live in shared memory (shareMemory_, or received over shm from a shared storage). */
+  get isShared(): boolean {
+    return this.host !== null && this.host.byteLength > 0 && (sharedMemoryProvider()?.isShared(this.host) ?? false);
+  }
+
+  /**
+   * Moves the elements into shared memory (one copy), keeping their values; every view of this
+   * storage sees the new memory. A no-op for storages already there and for device storages (as
+   * torch's share_memory_ is for CUDA tensors). See ./shared.ts.
+   */
+  shareMemory_(): void {
+    if (this.host === null || this.isShared) return;
+    const p = sharedMemoryProvider();
+    if (!p || p.unavailable !== undefined)
+      throw new NotImplementedError(
+        `shareMemory_: no shared memory here (${p?.unavailable ?? "the native addon is not loaded; run npm run build:native on Linux"})`,
+      );
+    const arr = arrayOver(this.dtype, p.alloc(this.byteLength), this.numel);
+    (arr as { set(a: ArrayLike<unknown>): void }).set(this.host);
+    this.host = arr;
   }
 
   get byteLength(): number {

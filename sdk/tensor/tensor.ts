@@ -115,6 +115,21 @@ export class Tensor {
   }
 
   /** Sets requiresGrad in place (leaves only), as torch's requires_grad_(). */
+  /**
+   * Moves this tensor's storage into shared memory, as torch's share_memory_(): every view of the
+   * storage keeps its values. Sent over the shm channel to a worker on this host, such a storage
+   * crosses without a copy (sdk/tensor/shared.ts). A no-op when already shared and on CUDA.
+   */
+  shareMemory_(): this {
+    this.storage.shareMemory_();
+    return this;
+  }
+
+  /** Whether this tensor's storage is in shared memory (shareMemory_, or received over shm from one). */
+  isShared(): boolean {
+    return this.storage.isShared;
+  }
+
   requiresGrad_(v = true): this {
     if (!this.isLeaf)
       throw new AutogradError(

@@ -47,6 +47,13 @@
 //  NB: the peer has our free blocks mapped writable; it is the authenticated, same-uid process
 //  of the handshake, and it writes a block only between our offer and its descriptor.
 //
+// Shared storages (zero copies; channels/shared.cc): a buffer of at least kLandMin bytes that lies
+// in a shared storage (Tensor.shareMemory_, or one received this way) whose file still holds its
+// bytes goes as the file itself: share() (JS thread) freezes the file if needed and sends kMsgShare
+// with the memfd and the offset over the socket before the descriptor leaves; the peer's watcher
+// keeps the descriptor by transfer id; adoptShared() maps that range copy-on-write as the received
+// buffer (takeShared() copies it out instead). Both sides keep value semantics (see shared.cc).
+//
 // Threads: JS thread (calls, close), one sender, one receiver and one watcher
 // thread per channel. Promises settle on the JS thread (channels/common.h).
 #include <errno.h>
@@ -73,6 +80,7 @@
 #include <vector>
 
 #include "channels/common.h"
+#include "channels/shared.h"
 
 namespace tprpc {
 namespace channels {
@@ -168,9 +176,10 @@ constexpr uint64_t kLandMax = 64ull << 20; // larger ones too (their copy runs o
 constexpr size_t kLandPerClass = 16;       // blocks of one size class per channel, at most (or kLandClassBytes)
 constexpr uint64_t kLandClassBytes = 128ull << 20;
 constexpr int kLandBurst = 4;              // blocks offered after one ring transfer of a landing size
-constexpr uint32_t kMsgOffer = 1, kMsgFree = 2;
+constexpr uint32_t kMsgOffer = 1, kMsgFree = 2, kMsgShare = 3;
 
-// Socket message after the handshake (both directions): kMsgOffer carries the block's memfd.
+// Socket message after the handshake (both directions): kMsgOffer carries the block's memfd;
+// kMsgShare carries a shared storage's memfd, `id` is the transfer and `cap` its offset in the file.
 struct LandMsg {
   uint32_t type;
   uint32_t id;
@@ -580,6 +589,8 @@ class ShmCore {
     close(c_.sock);
     for (auto& kv : peer_blocks_) munmap(kv.second.ptr, kv.second.cap);
     peer_blocks_.clear();
+    for (auto& kv : shares_in_) close(kv.second.first);
+    shares_in_.clear();
     peer_free_.clear();
     close(wake_fd_);
     c_.out.Unmap();
@@ -606,7 +617,40 @@ class ShmCore {
     return id;
   }
 
+  // JS thread: hands the peer the shared storage that holds these bytes (see "Shared storages");
+  // returns the transfer's id, or -1 when they are not in one (then they are copied as usual).
+  int64_t Share(const char* data, uint64_t length) {
+    if (length < kLandMin || closing_.load() || peer_gone_.load()) return -1;
+    int fd = -1;
+    uint64_t offset = 0;
+    if (!SharedSpanOf(data, length, &fd, &offset)) return -1;
+    uint32_t id = next_share_;
+    if (!SendLandMsg(c_.sock, {kMsgShare, id, offset}, fd)) return -1;
+    ++next_share_;
+    return id;
+  }
+
+  // JS thread: the file and offset of shared transfer `id` (its kMsgShare went out before the
+  // descriptor, so it is on its way to the watcher); false and *why when the peer is gone first.
+  bool TakeShare(uint32_t id, int* fd, uint64_t* offset, std::string* why) {
+    std::unique_lock<std::mutex> lock(share_mu_);
+    bool got = share_cv_.wait_for(lock, std::chrono::seconds(10), [&] {
+      return shares_in_.count(id) != 0 || closing_.load() || peer_gone_.load();
+    });
+    auto it = shares_in_.find(id);
+    if (it == shares_in_.end()) {
+      *why = got ? "shm channel: the peer left before shared transfer " + std::to_string(id) + " arrived"
+                 : "shm channel: shared transfer " + std::to_string(id) + " did not arrive within 10 s";
+      return false;
+    }
+    *fd = it->second.first;
+    *offset = it->second.second;
+    shares_in_.erase(it);
+    return true;
+  }
+
   std::shared_ptr<Landing> landing() const { return landing_; }
+  uint64_t shared_sends() const { return next_share_; }
   uint64_t landed_sends() const { return landed_sends_; }
   uint64_t peer_block_bytes() {
     std::lock_guard<std::mutex> lock(peer_mu_);
@@ -653,6 +697,10 @@ class ShmCore {
     {
       std::lock_guard<std::mutex> lock(mu_);
       cv_.notify_all();
+    }
+    {
+      std::lock_guard<std::mutex> lock(share_mu_);
+      share_cv_.notify_all();
     }
     c_.out.h->space_seq.fetch_add(1);
     FutexWake(&c_.out.h->space_seq, 1 << 30);
@@ -816,6 +864,13 @@ class ShmCore {
       if (fd >= 0) close(fd);
       return false;
     }
+    if (m.type == kMsgShare) {
+      std::lock_guard<std::mutex> lock(share_mu_);
+      if (fd < 0 || shares_in_.count(m.id) != 0) return fd >= 0 ? (close(fd), false) : false;  // NB: a broken peer
+      shares_in_[m.id] = {fd, m.cap};
+      share_cv_.notify_all();
+      return true;
+    }
     std::lock_guard<std::mutex> lock(peer_mu_);
     if (m.type == kMsgOffer && fd >= 0 && peer_blocks_.count(m.id) == 0 && m.cap >= kLandMin && m.cap <= LandClass(kLandMax)) {
       // NB: populated here, off the JS thread, so a copy into the block never faults
@@ -875,6 +930,10 @@ class ShmCore {
   std::map<uint32_t, PeerBlock> peer_blocks_;   // blocks the peer offered us, mapped
   std::multimap<uint64_t, uint32_t> peer_free_;  // capacity -> id of those we may fill now
   uint64_t landed_sends_ = 0;  // JS thread
+  uint32_t next_share_ = 0;    // JS thread: id of our next shared transfer
+  std::mutex share_mu_;        // JS thread (TakeShare) and watcher thread (kMsgShare)
+  std::condition_variable share_cv_;
+  std::map<uint32_t, std::pair<int, uint64_t>> shares_in_;  // the peer's shared transfers not yet taken: fd, offset
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -894,6 +953,9 @@ class ShmChannel : public Napi::ObjectWrap<ShmChannel> {
                                     InstanceMethod<&ShmChannel::Adopt>("adopt"),
                                     InstanceMethod<&ShmChannel::TakeLanded>("takeLanded"),
                                     InstanceMethod<&ShmChannel::LandingStats>("landingStats"),
+                                    InstanceMethod<&ShmChannel::Share>("share"),
+                                    InstanceMethod<&ShmChannel::AdoptShared>("adoptShared"),
+                                    InstanceMethod<&ShmChannel::TakeShared>("takeShared"),
                                     InstanceAccessor<&ShmChannel::PeerPid>("peerPid"),
                                     InstanceAccessor<&ShmChannel::RingBytes>("ringBytes"),
                                     InstanceAccessor<&ShmChannel::Closed>("closed")});
@@ -990,6 +1052,44 @@ class ShmChannel : public Napi::ObjectWrap<ShmChannel> {
     return env.Undefined();
   }
 
+  // share(bytes) -> transfer id, or -1: the bytes' shared storage went to the peer (ShmCore::Share).
+  Napi::Value Share(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    ShmCore* core = Live(env, "share");
+    Bytes b = BytesArg(info[0], "ShmChannel.share");
+    int64_t id = closed_ ? -1 : core->Share(b.data, b.length);
+    return Napi::Number::New(env, static_cast<double>(id));
+  }
+
+  // adoptShared(id, length) -> ArrayBuffer mapping the peer's shared transfer `id` copy-on-write.
+  Napi::Value AdoptShared(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    ShmCore* core = Live(env, "adoptShared");
+    uint32_t id = static_cast<uint32_t>(NumberArg(info, 0, "ShmChannel.adoptShared", "id"));
+    uint64_t length = static_cast<uint64_t>(NumberArg(info, 1, "ShmChannel.adoptShared", "length"));
+    int fd = -1;
+    uint64_t offset = 0;
+    std::string why;
+    if (closed_ || !core->TakeShare(id, &fd, &offset, &why))
+      throw ToJsError(env, Outcome::Fail("ECONNRESET", 0, closed_ ? "shm channel: closed" : why));
+    return MapShared(env, fd, offset, length);
+  }
+
+  // takeShared(id, dest): copies the peer's shared transfer `id` into dest.
+  Napi::Value TakeShared(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    ShmCore* core = Live(env, "takeShared");
+    uint32_t id = static_cast<uint32_t>(NumberArg(info, 0, "ShmChannel.takeShared", "id"));
+    Bytes b = BytesArg(info[1], "ShmChannel.takeShared");
+    int fd = -1;
+    uint64_t offset = 0;
+    std::string why;
+    if (closed_ || !core->TakeShare(id, &fd, &offset, &why))
+      throw ToJsError(env, Outcome::Fail("ECONNRESET", 0, closed_ ? "shm channel: closed" : why));
+    if (!CopyShared(fd, offset, b.data, b.length, &why)) throw ToJsError(env, Outcome::Fail("EPROTO", 0, why));
+    return env.Undefined();
+  }
+
   // landingStats() -> { offeredBytes, peerBytes, landedSends } (tests, debugging).
   Napi::Value LandingStats(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -997,6 +1097,7 @@ class ShmChannel : public Napi::ObjectWrap<ShmChannel> {
     o.Set("offeredBytes", Napi::Number::New(env, core_ ? static_cast<double>(core_->landing()->bytes()) : 0));
     o.Set("peerBytes", Napi::Number::New(env, core_ && !closed_ ? static_cast<double>(core_->peer_block_bytes()) : 0));
     o.Set("landedSends", Napi::Number::New(env, core_ ? static_cast<double>(core_->landed_sends()) : 0));
+    o.Set("sharedSends", Napi::Number::New(env, core_ ? static_cast<double>(core_->shared_sends()) : 0));
     o.Set("peerFreeBlocks", Napi::Number::New(env, core_ && !closed_ ? static_cast<double>(core_->peer_free_blocks()) : 0));
     return o;
   }
@@ -1134,6 +1235,7 @@ void RegisterShm(Napi::Env env, Napi::Object ns) {
   ns.Set("shmListen", Napi::Function::New(env, ShmListen));
   ns.Set("shmConnect", Napi::Function::New(env, ShmConnect));
   ns.Set("shmRingBytes", Napi::Number::New(env, static_cast<double>(RingBytesFromEnv())));
+  RegisterShared(env, ns);
 }
 
 }  // namespace channels

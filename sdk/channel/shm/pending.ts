@@ -127,12 +127,15 @@ export function sameHostDomain(host: HostIdentity, namespaces: readonly string[]
 /**
  * Descriptors of the native channels start with a kind byte: INLINE (the bytes follow: buffers up
  * to INLINE_MAX ride in the control frame, skipping the data path's thread hand-offs), RECORD
- * (the channel's own fields follow) or LANDED (shm only: the receiver's block that holds the bytes).
+ * (the channel's own fields follow), LANDED (shm only: the receiver's block that holds the bytes)
+ * or SHARED (shm only: the bytes are a shared storage's file, sent over the channel's socket).
  */
 export const INLINE = 1;
 export const RECORD = 0;
 /** shm: the bytes are already in the receiver's landing block named by the descriptor (./tagged_channel.ts). */
 export const LANDED = 2;
+/** shm: a shared storage's file went to the receiver as transfer `id` (./tagged_channel.ts). */
+export const SHARED = 3;
 export const INLINE_MAX = 16 * 1024;
 
 export function inlineDescriptor(bytes: Uint8Array): Uint8Array {

@@ -16,6 +16,11 @@
  * the block itself becomes the received buffer (no second copy, no thread
  * hand-off); a receiver that brings its own buffer gets a copy. Without a free
  * block of a fitting size the transfer goes through the ring as in 1.
+ * Shared storages (shm only, connections with `share`): a buffer of at least 64 KiB that lies in
+ * a shared storage (Tensor.shareMemory_, or one received this way) goes as the storage's file,
+ * frozen and sealed, with no copy at all; the descriptor names the transfer (SHARED) and the
+ * receiver maps it copy-on-write (adoptBuffer), so neither side sees the other's later writes.
+ * A buffer its process wrote to since the file was frozen is landed or sent as above.
  */
 import { ChannelNotViableError } from "../../errors/index.js";
 import { debug } from "../../util/index.js";
@@ -28,6 +33,7 @@ import {
   inlineDescriptor,
   LANDED,
   Pending,
+  SHARED,
   RECORD,
   takeInline,
 } from "./pending.js";
@@ -43,6 +49,12 @@ export interface TaggedConnection {
   adopt?(block: number, length: number): ArrayBuffer;
   /** Copies our landing block into `dest` and offers it again. */
   takeLanded?(block: number, dest: ArrayBufferView): void;
+  /** Shared storages (see the file comment): the transfer id the storage holding `bytes` went as, or -1. */
+  share?(bytes: ArrayBufferView): number;
+  /** The peer's shared transfer, mapped copy-on-write as a buffer of its own. */
+  adoptShared?(id: number, length: number): ArrayBuffer;
+  /** Copies the peer's shared transfer into `dest`. */
+  takeShared?(id: number, dest: ArrayBufferView): void;
   /** Landing figures (tests, debugging). */
   landingStats?(): LandingStats;
 }
@@ -52,29 +64,30 @@ export interface LandingStats {
   offeredBytes: number;
   peerBytes: number;
   landedSends: number;
+  sharedSends: number;
   peerFreeBlocks: number;
 }
 
 const DESCRIPTOR_BYTES = 17; // RECORD, then id and length as float64
-const LANDED_BYTES = 13; // LANDED, then the block as uint32 and the length as float64
+const LANDED_BYTES = 13; // LANDED (or SHARED), then the block (transfer id) as uint32 and the length as float64
 /** Smallest buffer worth landing (below: the ring; matches the native side's kLandMin). */
 const LAND_MIN = 64 << 10;
 
-function encodeLanded(block: number, length: number): Uint8Array {
+function encodeLanded(block: number, length: number, kind = LANDED): Uint8Array {
   const d = new Uint8Array(LANDED_BYTES);
   const v = new DataView(d.buffer);
-  d[0] = LANDED;
+  d[0] = kind;
   v.setUint32(1, block, true);
   v.setFloat64(5, length, true);
   return d;
 }
 
-/** (block, length) of a LANDED descriptor, or null for another kind. */
-function decodeLanded(name: string, d: Uint8Array): { block: number; length: number } | null {
-  if (d.byteLength === 0 || d[0] !== LANDED) return null;
+/** (block, length) of a LANDED descriptor (or of a SHARED one, with kind = SHARED), or null for another kind. */
+function decodeLanded(name: string, d: Uint8Array, kind = LANDED): { block: number; length: number } | null {
+  if (d.byteLength === 0 || d[0] !== kind) return null;
   if (d.byteLength !== LANDED_BYTES)
     throw new ChannelNotViableError(
-      `${name} channel: a landed descriptor of ${d.byteLength} bytes is not ours (expected ${LANDED_BYTES})`,
+      `${name} channel: a ${kind === LANDED ? "landed" : "shared"} descriptor of ${d.byteLength} bytes is not ours (expected ${LANDED_BYTES})`,
     );
   const v = new DataView(d.buffer, d.byteOffset, d.byteLength);
   return { block: v.getUint32(1, true), length: v.getFloat64(5, true) };
@@ -102,8 +115,9 @@ export class TaggedChannel implements Channel {
   private readonly pending = new Pending();
   private nextId = 0;
   private isClosed = false;
-  /** Buffers adoptBuffer handed out, by the block they view (recv then has nothing to copy). */
+  /** Buffers adoptBuffer handed out, by the block (or shared transfer) they view: recv then has nothing to copy. */
   private readonly adopted = new WeakMap<ArrayBuffer, number>();
+  private readonly adoptedShared = new WeakMap<ArrayBuffer, number>();
 
   constructor(
     readonly name: string,
@@ -120,6 +134,14 @@ export class TaggedChannel implements Channel {
     }
     if (buffer.bytes.byteLength <= INLINE_MAX)
       return { descriptor: inlineDescriptor(buffer.bytes), done: this.pending.track(Promise.resolve(), (e) => e) };
+    if (this.conn.share && buffer.bytes.byteLength >= LAND_MIN && !this.isClosed) {
+      const id = this.conn.share(buffer.bytes);
+      if (id >= 0)
+        return {
+          descriptor: encodeLanded(id, buffer.bytes.byteLength, SHARED),
+          done: this.pending.track(Promise.resolve(), (e) => e),
+        };
+    }
     if (this.conn.land && buffer.bytes.byteLength >= LAND_MIN && !this.isClosed) {
       const block = this.conn.land(buffer.bytes);
       if (block >= 0)
@@ -137,6 +159,13 @@ export class TaggedChannel implements Channel {
   /** A landed transfer's own block as its destination (see the file comment); null for any other transfer. */
   adoptBuffer(descriptor: Uint8Array, byteLength: number, target: DeviceRef): ChannelBuffer | null {
     if (target.type !== "cpu" || !this.conn.adopt || this.isClosed) return null;
+    const shared = this.conn.adoptShared ? decodeLanded(this.name, descriptor, SHARED) : null;
+    if (shared) {
+      if (shared.length !== byteLength) return null;
+      const ab = this.conn.adoptShared!(shared.block, shared.length);
+      this.adoptedShared.set(ab, shared.block);
+      return { kind: "cpu", bytes: new Uint8Array(ab, 0, shared.length) };
+    }
     const d = decodeLanded(this.name, descriptor);
     if (!d || d.length !== byteLength) return null;
     const ab = this.conn.adopt(d.block, d.length);
@@ -159,6 +188,16 @@ export class TaggedChannel implements Channel {
         // NB: a buffer adoptBuffer made for this block already holds the bytes
         if (this.adopted.get(into.bytes.buffer as ArrayBuffer) !== landed.block)
           this.conn.takeLanded(landed.block, into.bytes);
+        return this.pending.track(Promise.resolve(), (e) => e);
+      }
+      const shared = decodeLanded(this.name, descriptor, SHARED);
+      if (shared) {
+        if (shared.length !== into.bytes.byteLength || !this.conn.takeShared)
+          throw new ChannelNotViableError(
+            `${this.name} channel: a shared transfer of ${shared.length} bytes for a destination of ${into.bytes.byteLength}`,
+          );
+        if (this.adoptedShared.get(into.bytes.buffer as ArrayBuffer) !== shared.block)
+          this.conn.takeShared(shared.block, into.bytes);
         return this.pending.track(Promise.resolve(), (e) => e);
       }
       d = decode(this.name, descriptor);
