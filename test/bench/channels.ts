@@ -7,7 +7,9 @@
  *    transports, tcp) this process becomes rank 0 of a group with one local worker, both with
  *    TPRPC_CHANNELS=<channel> (rpc.pipeInfo confirms the cpu-cpu choice); rpcSync of a shipped
  *    identity lambda with a number (0 B) or a float32 tensor of 4 KB … 400 MB; rpcAsync: 4,000
- *    calls kept 64 in flight (0 B). Round trip = median per-call time over trials (plan() below);
+ *    calls kept 64 in flight (0 B). "shm (shared storage)" sends the tensors after
+ *    Tensor.shareMemory_(), so they cross as their file (no copy; native/src/channels/shared.cc).
+ *    Round trip = median per-call time over trials (plan() below);
  *    GB/s counts the bytes both ways.
  * 1b. The channel alone (--channel-level): test/bench/channel_peer.ts echoes N bytes through the
  *    channel with a real peer process, descriptors over the child's stdio instead of a pipe.
@@ -42,10 +44,13 @@ interface Config {
   label: string;
   channel: string;
   env: NodeJS.ProcessEnv;
+  /** rpcSync tensors in shared memory (Tensor.shareMemory_): the shm channel's zero-copy path. */
+  shared?: boolean;
 }
 
 const CONFIGS: Config[] = [
   { label: "shm", channel: "shm", env: {} },
+  { label: "shm (shared storage)", channel: "shm", env: {}, shared: true },
   { label: "cma", channel: "cma", env: {} },
   { label: "ucx (UCX shm)", channel: "ucx", env: { TPRPC_UCX_TLS: "shm,self" } },
   { label: "ucx (UCX tcp)", channel: "ucx", env: { TPRPC_UCX_TLS: "tcp,self", UCX_NET_DEVICES: "lo" } },
@@ -148,10 +153,11 @@ function measureRpc(cfg: Config, quick: boolean): Promise<Figures | string> {
       await warmUp("worker1", quick);
       const figures: Figures = { sync: new Map(), async: new Map() };
       for (const n of SIZES) {
-        figures.sync.set(n, await rpcSyncRoundTrip("worker1", n, plan(n, quick)));
+        figures.sync.set(n, await rpcSyncRoundTrip("worker1", n, plan(n, quick), cfg.shared));
         (globalThis as { gc?: () => void }).gc?.();
       }
-      figures.async.set(0, await rpcAsyncRate("worker1", 0, quick));
+      // NB: a 0 B call carries no storage, so the shared-storage config has no rate of its own
+      if (!cfg.shared) figures.async.set(0, await rpcAsyncRate("worker1", 0, quick));
       await rpc.shutdown({ timeoutMs: 10_000 });
       return figures;
     } catch (e) {
@@ -172,7 +178,10 @@ async function main(): Promise<void> {
   const quick = argv.includes("--quick");
   const channelLevel = argv.includes("--channel-level");
   const only = argv.includes("--only") ? argv[argv.indexOf("--only") + 1]!.split(",") : null;
-  const configs = CONFIGS.filter((c) => !only || only.some((o) => c.label.startsWith(o)));
+  // NB: the channel-level echo sends plain buffers, so the shared-storage config is rpc-only
+  const configs = CONFIGS.filter(
+    (c) => (!only || only.some((o) => c.label.startsWith(o))) && !(channelLevel && c.shared),
+  );
   const results = new Map<string, Figures | string>();
   for (const cfg of configs) {
     process.stderr.write(`[bench:channels] ${cfg.label} ...\n`);

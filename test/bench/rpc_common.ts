@@ -78,9 +78,13 @@ export function payload(nbytes: number): number | Tensor {
   return nbytes === 0 ? 1 : ones([nbytes / 4], { dtype: "float32" });
 }
 
-/** rpcSync identity round trips to `to`; throws if the value does not come back intact. */
-export async function rpcSyncRoundTrip(to: string, nbytes: number, plan: Plan): Promise<number> {
+/**
+ * rpcSync identity round trips to `to`; throws if the value does not come back intact. `shared`:
+ * the tensor is moved into shared memory first (Tensor.shareMemory_), as a zero-copy shm sender would.
+ */
+export async function rpcSyncRoundTrip(to: string, nbytes: number, plan: Plan, shared = false): Promise<number> {
   const x = payload(nbytes);
+  if (shared && x instanceof Tensor) x.shareMemory_();
   const back = await rpc.rpcSync(to, identity, [x]);
   if (x instanceof Tensor) {
     const y = back as Tensor;

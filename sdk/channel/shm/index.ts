@@ -23,7 +23,7 @@
  * 256 MiB per channel and direction; 0 turns landing off) bounds the blocks.
  *
  * Domain: same boot id, network namespace (abstract sockets live there) and
- * pid namespace (the pid check). Priority: CHANNEL_PRIORITY.shm for cpu-cpu.
+ * pid namespace (the pid check), and the same SHM_PROTOCOL. Priority: CHANNEL_PRIORITY.shm for cpu-cpu.
  */
 import { ChannelNotViableError } from "../../errors/index.js";
 import { nativeChannels, type NativeShmChannel } from "../../native/channels.js";
@@ -40,6 +40,12 @@ import {
 import { channelError, Inbox, pipeClosedError, INLINE_MAX, sameHostDomain } from "./pending.js";
 import { TaggedChannel } from "./tagged_channel.js";
 
+/**
+ * Revision of what the two sides say over the channel's socket and in descriptors: 2 added landing
+ * blocks (kMsgOffer/kMsgFree, LANDED) and shared storages (kMsgShare, SHARED).
+ */
+export const SHM_PROTOCOL = 2;
+
 export class ShmChannelContext implements ChannelContext {
   readonly name = "shm";
 
@@ -54,7 +60,8 @@ export class ShmChannelContext implements ChannelContext {
   }
 
   advertise(host: HostIdentity): ChannelAdvert | null {
-    const domain = sameHostDomain(host, ["net", "pid"]);
+    // NB: the protocol revision is part of the domain, so workers of different revisions pick another channel
+    const domain = `${sameHostDomain(host, ["net", "pid"])}/shm-protocol-${SHM_PROTOCOL}`;
     return { name: this.name, priorities: { "cpu-cpu": CHANNEL_PRIORITY.shm }, domain };
   }
 
