@@ -139,10 +139,20 @@ export const SHARED = 3;
 export const INLINE_MAX = 16 * 1024;
 
 export function inlineDescriptor(bytes: Uint8Array): Uint8Array {
-  const d = new Uint8Array(1 + bytes.byteLength);
+  const d = smallBytes(1 + bytes.byteLength);
   d[0] = INLINE;
   d.set(bytes, 1);
   return d;
+}
+
+/**
+ * `n` bytes for a descriptor, from Node's Buffer pool (below 4 KiB). NB: every new backing store V8
+ * allocates (new Uint8Array(n > 64), or .buffer of a small one) starts a scavenge once 32 MiB of
+ * young ArrayBuffers are alive; a received tensor alive across two of them (two descriptors while
+ * its call runs) is promoted, and its landing block then waits for a mark-compact to be freed.
+ */
+export function smallBytes(n: number): Buffer {
+  return Buffer.allocUnsafe(n);
 }
 
 /** Copies an INLINE descriptor's bytes into `into`; false when `d` is not inline. Throws on a length mismatch. */

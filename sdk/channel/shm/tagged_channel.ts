@@ -35,6 +35,7 @@ import {
   Pending,
   SHARED,
   RECORD,
+  smallBytes,
   takeInline,
 } from "./pending.js";
 
@@ -73,12 +74,12 @@ const LANDED_BYTES = 13; // LANDED (or SHARED), then the block (transfer id) as 
 /** Smallest buffer worth landing (below: the ring; matches the native side's kLandMin). */
 const LAND_MIN = 64 << 10;
 
+// NB: descriptors come from Node's Buffer pool (no backing store of their own): see smallBytes in ./pending.ts
 function encodeLanded(block: number, length: number, kind = LANDED): Uint8Array {
-  const d = new Uint8Array(LANDED_BYTES);
-  const v = new DataView(d.buffer);
+  const d = smallBytes(LANDED_BYTES);
   d[0] = kind;
-  v.setUint32(1, block, true);
-  v.setFloat64(5, length, true);
+  d.writeUInt32LE(block, 1);
+  d.writeDoubleLE(length, 5);
   return d;
 }
 
@@ -94,11 +95,10 @@ function decodeLanded(name: string, d: Uint8Array, kind = LANDED): { block: numb
 }
 
 function encode(id: number, length: number): Uint8Array {
-  const d = new Uint8Array(DESCRIPTOR_BYTES);
-  const v = new DataView(d.buffer);
+  const d = smallBytes(DESCRIPTOR_BYTES);
   d[0] = RECORD;
-  v.setFloat64(1, id, true);
-  v.setFloat64(9, length, true);
+  d.writeDoubleLE(id, 1);
+  d.writeDoubleLE(length, 9);
   return d;
 }
 
