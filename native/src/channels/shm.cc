@@ -303,15 +303,9 @@ class Landing {
     std::lock_guard<std::mutex> lock(mu_);
     if (id >= blocks_.size() || blocks_[id].ptr == nullptr) return;
     blocks_[id].adopted = false;
-    // NB: V8 subtracts the length when it frees the buffer, but maybe only at its next collection
-    // (when its array-buffer sweep is finalized). Adding it back here could count the block twice
-    // for a while and start a mark-compact; the next adoption takes it back instead (Account).
-    if (blocks_[id].hidden && env != nullptr) debt_ += static_cast<int64_t>(blocks_[id].length);
+    if (blocks_[id].hidden && env != nullptr)  // NB: V8 subtracted the length when it freed the buffer
+      Napi::MemoryManagement::AdjustExternalMemory(*env, static_cast<int64_t>(blocks_[id].length));
     blocks_[id].hidden = false;
-    if (closed_ && env != nullptr && debt_ != 0) {  // NB: nothing will be adopted any more
-      Napi::MemoryManagement::AdjustExternalMemory(*env, debt_);
-      debt_ = 0;
-    }
     if (closed_) {
       munmap(blocks_[id].ptr, blocks_[id].cap);
       blocks_[id].ptr = nullptr;
@@ -347,8 +341,7 @@ class Landing {
   // mark-compact every other 40 MB message, though the blocks are memory the channel holds anyway,
   // within its budget. So:
   //  1. while the block's class has free blocks or may still grow, the new buffer is hidden
-  //     (-length now; V8's own -length when it frees the buffer is made up by the next hidden
-  //     adoption, see debt_);
+  //     (-length now, +length back when it is freed);
   //  2. when this adoption leaves the class (which cannot grow) an eighth or less of its blocks free,
   //     every hidden block is shown (+length each): V8 then sees the memory the channel needs back,
   //     and collects.
@@ -365,9 +358,7 @@ class Landing {
     bool exhausted = free <= same / 8 && (same >= ClassLimit(cap) || bytes_ + cap > budget_);
     if (!exhausted) {
       blocks_[id].hidden = true;
-      int64_t length = static_cast<int64_t>(blocks_[id].length), repaid = std::min(debt_, length);
-      debt_ -= repaid;
-      if (repaid != length) Napi::MemoryManagement::AdjustExternalMemory(env, repaid - length);
+      Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(blocks_[id].length));
       return;
     }
     int64_t shown = 0;
@@ -387,9 +378,6 @@ class Landing {
     bool hidden;      // adopted, and its length taken off V8's external memory (Account)
     uint64_t length;  // of the adopted buffer
   };
-  // Lengths of hidden blocks freed since (see Release): V8 takes them off its count on its own, so
-  // the next hidden adoption need not (it subtracts only what this does not cover).
-  int64_t debt_ = 0;
   std::mutex mu_;
   int sock_;
   uint64_t budget_;
