@@ -18,11 +18,14 @@
  *    @grpc/grpc-js (or one on NODE_PATH or in /tmp/anchors-npm), ~1 min; --no-grpc skips it.
  * 3. Ratios: torch time / channel time, so > 1 means the channel is faster.
  *
- * Flags: --quick (fewer trials), --only shm,cma (configs by label prefix), --channel-level (1b instead of 1).
+ * Flags: --quick (fewer trials), --only shm,cma (configs by label prefix), --channel-level (1b instead of 1),
+ * --worker-node-args "<flags>" (node flags for the workers too, e.g. to time both sides under a GC flag:
+ * node --expose-gc --initial-old-space-size=256 --single-threaded-gc dist/test/bench/channels.js
+ * --worker-node-args --single-threaded-gc).
  */
 import type { ChannelContext } from "../../sdk/channel/interface.js";
 import { rpc } from "../../sdk/index.js";
-import { startLocalWorkers } from "../../sdk/rpc/launcher.js";
+import { startLocalWorkers, withRpcNodeFlags } from "../../sdk/rpc/launcher.js";
 import { ChannelPeer, pattern } from "./channel_peer.js";
 import {
   ASYNC_SIZES,
@@ -57,12 +60,12 @@ const CONFIGS: Config[] = [
   { label: "tcp", channel: "tcp", env: {} },
 ];
 
-/** (warm-up calls, trials, calls per trial) for a payload size. */
+/** (warm-up calls, trials, calls per trial) for a payload size: without --quick, the plan of ../shared/bench/common.py. */
 function plan(nbytes: number, quick: boolean): Plan {
-  if (nbytes <= 4_000) return quick ? [100, 7, 50] : [300, 15, 100];
-  if (nbytes <= 4_000_000) return quick ? [5, 5, 5] : [10, 10, 10];
-  if (nbytes <= 40_000_000) return quick ? [2, 5, 1] : [3, 9, 1];
-  return quick ? [1, 3, 1] : [2, 5, 1];
+  if (nbytes <= 4_000) return quick ? [100, 7, 50] : [1000, 30, 200];
+  if (nbytes <= 4_000_000) return quick ? [5, 5, 5] : [20, 20, 10];
+  if (nbytes <= 40_000_000) return quick ? [2, 5, 1] : [5, 15, 1];
+  return quick ? [1, 3, 1] : [2, 8, 1];
 }
 
 /** The context a channel folder registers (sdk/channel/<name>/index.ts), or why there is none. */
@@ -141,9 +144,9 @@ function measureChannel(cfg: Config, quick: boolean): Promise<Figures | string> 
 }
 
 /** rpcSync / rpcAsync over a group whose pipes may use only `cfg.channel`. */
-function measureRpc(cfg: Config, quick: boolean): Promise<Figures | string> {
+function measureRpc(cfg: Config, quick: boolean, nodeArgs: readonly string[]): Promise<Figures | string> {
   return withEnv({ ...cfg.env, TPRPC_CHANNELS: cfg.channel }, async () => {
-    const cluster = await startLocalWorkers({ workers: 1 });
+    const cluster = await startLocalWorkers({ workers: 1, nodeArgs });
     try {
       await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 300_000, initTimeoutMs: 30_000 });
       await rpc.rpcSync("worker1", identity, [1]);
@@ -178,6 +181,9 @@ async function main(): Promise<void> {
   const quick = argv.includes("--quick");
   const channelLevel = argv.includes("--channel-level");
   const only = argv.includes("--only") ? argv[argv.indexOf("--only") + 1]!.split(",") : null;
+  const nodeArgs = argv.includes("--worker-node-args")
+    ? argv[argv.indexOf("--worker-node-args") + 1]!.split(/\s+/).filter(Boolean)
+    : [];
   // NB: the channel-level echo sends plain buffers, so the shared-storage config is rpc-only
   const configs = CONFIGS.filter(
     (c) => (!only || only.some((o) => c.label.startsWith(o))) && !(channelLevel && c.shared),
@@ -185,7 +191,7 @@ async function main(): Promise<void> {
   const results = new Map<string, Figures | string>();
   for (const cfg of configs) {
     process.stderr.write(`[bench:channels] ${cfg.label} ...\n`);
-    results.set(cfg.label, await (channelLevel ? measureChannel(cfg, quick) : measureRpc(cfg, quick)));
+    results.set(cfg.label, await (channelLevel ? measureChannel(cfg, quick) : measureRpc(cfg, quick, nodeArgs)));
   }
   const torch = argv.includes("--no-torch") ? "skipped (--no-torch)" : runReference("torch");
   const grpc = argv.includes("--no-grpc") ? "skipped (--no-grpc)" : runReference("grpc");
@@ -201,6 +207,10 @@ async function main(): Promise<void> {
       : "## rpcSync identity round trip per channel (TPRPC_CHANNELS), master + one local worker (median per call)",
   );
   out.push("");
+  if (!channelLevel)
+    out.push(
+      `Node flags: this process ${process.execArgv.join(" ") || "(none)"}; workers ${withRpcNodeFlags(nodeArgs).join(" ")}`,
+    );
   for (const [name, r] of refs) out.push(`${name}: ${typeof r === "string" ? `unavailable — ${r}` : r.header}`);
   out.push("");
   const cols = [...configs.map((c) => c.label), ...refs.map(([n]) => n)];
