@@ -119,13 +119,16 @@ export interface FrameLimits {
   maxBuffers?: number;
 }
 
-export const DEFAULT_LIMITS: Required<FrameLimits> = {
+export const DEFAULT_LIMITS: Readonly<Required<FrameLimits>> = Object.freeze({
   maxPayloadBytes: 64 * 2 ** 20,
   maxBufferBytes: 16 * 2 ** 30,
   maxBuffers: 65536,
-};
+});
 
+/** `l` over the defaults. NB: options that set no limit (every rpc message's) get DEFAULT_LIMITS itself, not a copy. */
 export function resolveLimits(l: FrameLimits | undefined): Required<FrameLimits> {
+  if (l?.maxPayloadBytes === undefined && l?.maxBufferBytes === undefined && l?.maxBuffers === undefined)
+    return DEFAULT_LIMITS;
   return { ...DEFAULT_LIMITS, ...l };
 }
 

@@ -16,9 +16,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TaggedChannel } from "../../sdk/channel/shm/tagged_channel.js";
 import { type Tensor, rpc, zeros } from "../../sdk/index.js";
 import { loadNative } from "../../sdk/native/binding.js";
-import { startLocalWorkers, type LocalCluster } from "../../sdk/rpc/launcher.js";
 import { ChannelPeer, pattern } from "../bench/channel_peer.js";
 import { nativeOrSkip } from "../native/helpers.js";
+import { sameBytes, useRpcGroup } from "./helpers.js";
 
 const { skip } = nativeOrSkip();
 
@@ -35,16 +35,6 @@ function landingMappings(): Array<[number, number]> {
           .split("-")
           .map((h) => parseInt(h, 16)) as [number, number],
     );
-}
-
-function same(a: Uint8Array, b: Uint8Array): boolean {
-  return (
-    a.byteLength === b.byteLength &&
-    Buffer.compare(
-      Buffer.from(a.buffer, a.byteOffset, a.byteLength),
-      Buffer.from(b.buffer, b.byteOffset, b.byteLength),
-    ) === 0
-  );
 }
 
 /** Polls `cond` every 10 ms for at most `ms`. */
@@ -77,7 +67,7 @@ describe.skipIf(skip !== null)("shm landing blocks, channel level", () => {
     let seed = 1;
     for (const n of [65_536, 1_000_003, 4_000_000, 40_000_000]) {
       const first = pattern(n, seed++);
-      expect(same(await peer.echo(first).back, first), `${n} B through the ring`).toBe(true);
+      expect(sameBytes(await peer.echo(first).back, first), `${n} B through the ring`).toBe(true);
       // the peer offers blocks of this class after its first (ring) receive; our watcher maps them
       expect(await until(() => stats().peerFreeBlocks > 0, 5_000), `blocks offered for ${n} B`).toBe(true);
       const before = stats().landedSends;
@@ -85,14 +75,14 @@ describe.skipIf(skip !== null)("shm landing blocks, channel level", () => {
       const e = peer.echo(x);
       expect(stats().landedSends, `${n} B landed`).toBe(before + 1);
       // the echo comes back into the buffer our side brings (a copy out of our own block)
-      expect(same(await e.back, x), `${n} B landed and echoed`).toBe(true);
+      expect(sameBytes(await e.back, x), `${n} B landed and echoed`).toBe(true);
       await e.done;
     }
     for (const n of [65_535, 64 * 2 ** 20 + 1]) {
       const before = stats().landedSends;
       for (let k = 0; k < 2; k++) {
         const x = pattern(n, seed++);
-        expect(same(await peer.echo(x).back, x), `${n} B`).toBe(true);
+        expect(sameBytes(await peer.echo(x).back, x), `${n} B`).toBe(true);
       }
       expect(stats().landedSends, `${n} B never lands`).toBe(before);
     }
@@ -127,28 +117,7 @@ const keptRanges = (): Array<[number, number]> =>
   });
 
 describe.skipIf(skip !== null)("shm landing blocks through rpc", () => {
-  const ENV = { TPRPC_CHANNELS: "shm", TPRPC_SHM_LANDING_BYTES: String(8 * 2 ** 20) };
-  const saved: Record<string, string | undefined> = {};
-  let cluster: LocalCluster | undefined;
-
-  beforeAll(async () => {
-    for (const [k, v] of Object.entries(ENV)) {
-      saved[k] = process.env[k];
-      process.env[k] = v;
-    }
-    cluster = await startLocalWorkers({ workers: 1, env: ENV });
-    await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 30_000, initTimeoutMs: 30_000 });
-    expect((await rpc.pipeInfo("worker1")).channels["cpu-cpu"]).toBe("shm");
-  }, 60_000);
-
-  afterAll(async () => {
-    await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
-    await cluster?.close();
-    for (const [k, v] of Object.entries(saved)) {
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-    }
-  }, 30_000);
+  useRpcGroup({ TPRPC_CHANNELS: "shm", TPRPC_SHM_LANDING_BYTES: String(8 * 2 ** 20) });
 
   it("a received tensor lives in a landing block, and stays as sent when the sender mutates its own", async () => {
     const native = loadNative()!;

@@ -18,10 +18,10 @@ import { NotImplementedError } from "../../sdk/errors/index.js";
 import { type Tensor, manualSeed, randn, rpc, tensor, zeros } from "../../sdk/index.js";
 import { nativeChannels } from "../../sdk/native/channels.js";
 import { collectGarbage } from "../../sdk/rpc/gc.js";
-import { startLocalWorkers, type LocalCluster } from "../../sdk/rpc/launcher.js";
 import { setSharedMemoryProvider, sharedMemoryProvider } from "../../sdk/tensor/shared.js";
 import { ChannelPeer, pattern } from "../bench/channel_peer.js";
 import { nativeOrSkip } from "../native/helpers.js";
+import { useRpcGroup } from "./helpers.js";
 
 const { skip } = nativeOrSkip();
 
@@ -121,28 +121,7 @@ describe.skipIf(skip !== null)("shm shared storages, channel level", () => {
 });
 
 describe.skipIf(skip !== null)("shm shared storages through rpc", () => {
-  const ENV = { TPRPC_CHANNELS: "shm" };
-  const saved: Record<string, string | undefined> = {};
-  let cluster: LocalCluster | undefined;
-
-  beforeAll(async () => {
-    for (const [k, v] of Object.entries(ENV)) {
-      saved[k] = process.env[k];
-      process.env[k] = v;
-    }
-    cluster = await startLocalWorkers({ workers: 1, env: ENV });
-    await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 30_000, initTimeoutMs: 30_000 });
-    expect((await rpc.pipeInfo("worker1")).channels["cpu-cpu"]).toBe("shm");
-  }, 60_000);
-
-  afterAll(async () => {
-    await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
-    await cluster?.close();
-    for (const [k, v] of Object.entries(saved)) {
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-    }
-  }, 30_000);
+  useRpcGroup({ TPRPC_CHANNELS: "shm" });
 
   // worker side: keeps what it got, says whether it arrived shared and what it holds
   const keep = (t: Tensor): [boolean, number, number] => {

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ChannelContext } from "../../sdk/channel/interface.js";
 import { WorkerUnavailableError } from "../../sdk/errors/index.js";
 import { ChannelPeer, devShm, openFds, pattern } from "../bench/channel_peer.js";
+import { sameBytes, useEnv } from "../channel/helpers.js";
 
 /** A seeded generator (mulberry32), so sizes are the same on every run. */
 export function rng(seed: number): () => number {
@@ -19,16 +20,6 @@ export function rng(seed: number): () => number {
   };
 }
 
-function same(a: Uint8Array, b: Uint8Array): boolean {
-  return (
-    a.byteLength === b.byteLength &&
-    Buffer.compare(
-      Buffer.from(a.buffer, a.byteOffset, a.byteLength),
-      Buffer.from(b.buffer, b.byteOffset, b.byteLength),
-    ) === 0
-  );
-}
-
 /**
  * The channel suite, run over one native context with a real peer process: ordering with
  * every size in flight at once (0 bytes, odd sizes, several rings' worth), 256 concurrent small
@@ -38,20 +29,16 @@ function same(a: Uint8Array, b: Uint8Array): boolean {
 export function channelSuite(
   label: string,
   load: () => Promise<ChannelContext>,
-  opts: { env?: NodeJS.ProcessEnv; skip: string | null; bigBytes?: number },
+  opts: { env?: Readonly<Record<string, string>>; skip: string | null; bigBytes?: number },
 ): void {
   describe.skipIf(opts.skip !== null)(label, () => {
     let ctx: ChannelContext;
     let peer: ChannelPeer;
     let fds: number;
     let shm: string[];
-    const saved: NodeJS.ProcessEnv = {};
+    useEnv(opts.env ?? {});
 
     beforeAll(async () => {
-      for (const [k, v] of Object.entries(opts.env ?? {})) {
-        saved[k] = process.env[k];
-        process.env[k] = v;
-      }
       ctx = await load();
       fds = openFds();
       shm = devShm();
@@ -60,10 +47,6 @@ export function channelSuite(
 
     afterAll(async () => {
       await peer?.kill();
-      for (const [k, v] of Object.entries(saved)) {
-        if (v === undefined) delete process.env[k];
-        else process.env[k] = v;
-      }
     });
 
     it("echoes 0-byte, odd and multi-megabyte tensors, all in flight at once, in order", async () => {
@@ -74,7 +57,7 @@ export function channelSuite(
       const echoes = sent.map((b) => peer.echo(b));
       const back = await Promise.all(echoes.map((e) => e.back));
       await Promise.all(echoes.map((e) => e.done));
-      sizes.forEach((n, i) => expect(same(back[i]!, sent[i]!), `size ${n}`).toBe(true));
+      sizes.forEach((n, i) => expect(sameBytes(back[i]!, sent[i]!), `size ${n}`).toBe(true));
       expect(peer.childErrors).toEqual([]);
     });
 
@@ -82,7 +65,7 @@ export function channelSuite(
       const r = rng(5);
       const sent = Array.from({ length: 256 }, (_, i) => pattern(1 + Math.floor(r() * 65_536), i));
       const back = await Promise.all(sent.map((b) => peer.echo(b).back));
-      sent.forEach((b, i) => expect(same(back[i]!, b), `tensor ${i}`).toBe(true));
+      sent.forEach((b, i) => expect(sameBytes(back[i]!, b), `tensor ${i}`).toBe(true));
     });
 
     it("a 1 GB tensor makes the round trip", async () => {
@@ -92,7 +75,7 @@ export function channelSuite(
       const got = await back;
       await done;
       expect(got.byteLength).toBe(n);
-      expect(same(got, big)).toBe(true);
+      expect(sameBytes(got, big)).toBe(true);
     }, 120_000);
 
     it("peer killed mid-transfer: pending and later sends fail with WorkerUnavailableError; nothing leaks", async () => {

@@ -42,7 +42,8 @@ struct Seg {
   uint64_t len;       // of the mapping (whole pages)
   int fd;             // the file, open while the mapping lives
   uint64_t file_off;  // of the mapping's first byte in the file
-  bool frozen;        // mapped privately and sealed (state 2 above); false: still MAP_SHARED
+  bool frozen;        // mapped privately (state 2 above); false: still MAP_SHARED
+  bool sealed;        // frozen, and the file sealed against writes (only then may it go to a peer)
 };
 
 std::mutex g_mu;
@@ -74,7 +75,8 @@ bool Freeze(uintptr_t base, Seg* s) {
     return false;
   }
   s->frozen = true;  // NB: private from here on, whether or not the seal below takes
-  return fcntl(s->fd, F_ADD_SEALS, F_SEAL_WRITE) == 0;
+  s->sealed = fcntl(s->fd, F_ADD_SEALS, F_SEAL_WRITE) == 0;
+  return s->sealed;
 }
 
 // Whether this process has written none of the pages of [p, p + n) in its private mapping: each
@@ -191,7 +193,7 @@ Napi::Value ShareAlloc(const Napi::CallbackInfo& info) {
                                        "shareMemory_: cannot allocate " + std::to_string(length) +
                                            " bytes of shared memory: " + std::strerror(err)));
   }
-  return Track(env, base, {len, fd, 0, false}, 0, length, false);
+  return Track(env, base, {len, fd, 0, false, false}, 0, length, false);
 }
 
 // isShared(view) -> whether its bytes lie in a shared storage's mapping.
@@ -213,11 +215,9 @@ bool SharedSpanOf(const void* p, uint64_t n, int* fd, uint64_t* offset) {
   Seg& s = it->second;
   if (!s.frozen) {
     if (!Freeze(it->first, &s)) return false;  // NB: just frozen: no page can differ from the file yet
-  } else if (!Untouched(at, n)) {
-    return false;
+  } else if (!s.sealed || !Untouched(at, n)) {
+    return false;  // NB: a failed seal leaves the file frozen for us only
   }
-  int seals = fcntl(s.fd, F_GET_SEALS);  // NB: a failed seal leaves the file frozen for us only
-  if (seals < 0 || (static_cast<unsigned>(seals) & kSealed) != kSealed) return false;
   *fd = s.fd;
   *offset = s.file_off + (at - it->first);
   return true;
@@ -231,7 +231,7 @@ Napi::Value MapShared(Napi::Env env, int fd, uint64_t offset, uint64_t length) {
     close(fd);
     throw ToJsError(env, Outcome::Fail("EPROTO", 0, why));
   }
-  return Track(env, base, {len, fd, offset - delta, true}, delta, length, true);
+  return Track(env, base, {len, fd, offset - delta, true, true}, delta, length, true);  // NB: MapPrivate checked the seals
 }
 
 bool CopyShared(int fd, uint64_t offset, char* dest, uint64_t length, std::string* why) {

@@ -1062,33 +1062,34 @@ class ShmChannel : public Napi::ObjectWrap<ShmChannel> {
     return Napi::Number::New(env, static_cast<double>(id));
   }
 
-  // adoptShared(id, length) -> ArrayBuffer mapping the peer's shared transfer `id` copy-on-write.
-  Napi::Value AdoptShared(const Napi::CallbackInfo& info) {
+  // The file and offset of the peer's shared transfer (argument 0: its id); throws when the channel
+  // closed or the peer went away first.
+  std::pair<int, uint64_t> TakeShareArg(const Napi::CallbackInfo& info, const char* method) {
     Napi::Env env = info.Env();
-    ShmCore* core = Live(env, "adoptShared");
-    uint32_t id = static_cast<uint32_t>(NumberArg(info, 0, "ShmChannel.adoptShared", "id"));
-    uint64_t length = static_cast<uint64_t>(NumberArg(info, 1, "ShmChannel.adoptShared", "length"));
+    ShmCore* core = Live(env, method);
+    uint32_t id = static_cast<uint32_t>(NumberArg(info, 0, (std::string("ShmChannel.") + method).c_str(), "id"));
     int fd = -1;
     uint64_t offset = 0;
     std::string why;
     if (closed_ || !core->TakeShare(id, &fd, &offset, &why))
       throw ToJsError(env, Outcome::Fail("ECONNRESET", 0, closed_ ? "shm channel: closed" : why));
-    return MapShared(env, fd, offset, length);
+    return {fd, offset};
+  }
+
+  // adoptShared(id, length) -> ArrayBuffer mapping the peer's shared transfer `id` copy-on-write.
+  Napi::Value AdoptShared(const Napi::CallbackInfo& info) {
+    uint64_t length = static_cast<uint64_t>(NumberArg(info, 1, "ShmChannel.adoptShared", "length"));
+    auto [fd, offset] = TakeShareArg(info, "adoptShared");
+    return MapShared(info.Env(), fd, offset, length);
   }
 
   // takeShared(id, dest): copies the peer's shared transfer `id` into dest.
   Napi::Value TakeShared(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    ShmCore* core = Live(env, "takeShared");
-    uint32_t id = static_cast<uint32_t>(NumberArg(info, 0, "ShmChannel.takeShared", "id"));
     Bytes b = BytesArg(info[1], "ShmChannel.takeShared");
-    int fd = -1;
-    uint64_t offset = 0;
+    auto [fd, offset] = TakeShareArg(info, "takeShared");
     std::string why;
-    if (closed_ || !core->TakeShare(id, &fd, &offset, &why))
-      throw ToJsError(env, Outcome::Fail("ECONNRESET", 0, closed_ ? "shm channel: closed" : why));
-    if (!CopyShared(fd, offset, b.data, b.length, &why)) throw ToJsError(env, Outcome::Fail("EPROTO", 0, why));
-    return env.Undefined();
+    if (!CopyShared(fd, offset, b.data, b.length, &why)) throw ToJsError(info.Env(), Outcome::Fail("EPROTO", 0, why));
+    return info.Env().Undefined();
   }
 
   // landingStats() -> { offeredBytes, peerBytes, landedSends } (tests, debugging).

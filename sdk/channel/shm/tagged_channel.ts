@@ -115,9 +115,8 @@ export class TaggedChannel implements Channel {
   private readonly pending = new Pending();
   private nextId = 0;
   private isClosed = false;
-  /** Buffers adoptBuffer handed out, by the block (or shared transfer) they view: recv then has nothing to copy. */
-  private readonly adopted = new WeakMap<ArrayBuffer, number>();
-  private readonly adoptedShared = new WeakMap<ArrayBuffer, number>();
+  /** Buffers adoptBuffer handed out, by what they view (a LANDED block or a SHARED transfer): recv then has nothing to copy. */
+  private readonly adopted = new WeakMap<ArrayBuffer, { kind: number; id: number }>();
 
   constructor(
     readonly name: string,
@@ -163,13 +162,13 @@ export class TaggedChannel implements Channel {
     if (shared) {
       if (shared.length !== byteLength) return null;
       const ab = this.conn.adoptShared!(shared.block, shared.length);
-      this.adoptedShared.set(ab, shared.block);
+      this.adopted.set(ab, { kind: SHARED, id: shared.block });
       return { kind: "cpu", bytes: new Uint8Array(ab, 0, shared.length) };
     }
     const d = decodeLanded(this.name, descriptor);
     if (!d || d.length !== byteLength) return null;
     const ab = this.conn.adopt(d.block, d.length);
-    this.adopted.set(ab, d.block);
+    this.adopted.set(ab, { kind: LANDED, id: d.block });
     return { kind: "cpu", bytes: new Uint8Array(ab, 0, d.length) };
   }
 
@@ -179,25 +178,19 @@ export class TaggedChannel implements Channel {
     let d: { id: number; length: number };
     try {
       if (takeInline(this.name, descriptor, into.bytes)) return this.pending.track(Promise.resolve(), (e) => e);
-      const landed = decodeLanded(this.name, descriptor);
-      if (landed) {
-        if (landed.length !== into.bytes.byteLength || !this.conn.takeLanded)
+      for (const [kind, take] of [
+        [LANDED, this.conn.takeLanded],
+        [SHARED, this.conn.takeShared],
+      ] as const) {
+        const t = decodeLanded(this.name, descriptor, kind);
+        if (!t) continue;
+        if (t.length !== into.bytes.byteLength || !take)
           throw new ChannelNotViableError(
-            `${this.name} channel: a landed transfer of ${landed.length} bytes for a destination of ${into.bytes.byteLength}`,
+            `${this.name} channel: a ${kind === LANDED ? "landed" : "shared"} transfer of ${t.length} bytes for a destination of ${into.bytes.byteLength}`,
           );
-        // NB: a buffer adoptBuffer made for this block already holds the bytes
-        if (this.adopted.get(into.bytes.buffer as ArrayBuffer) !== landed.block)
-          this.conn.takeLanded(landed.block, into.bytes);
-        return this.pending.track(Promise.resolve(), (e) => e);
-      }
-      const shared = decodeLanded(this.name, descriptor, SHARED);
-      if (shared) {
-        if (shared.length !== into.bytes.byteLength || !this.conn.takeShared)
-          throw new ChannelNotViableError(
-            `${this.name} channel: a shared transfer of ${shared.length} bytes for a destination of ${into.bytes.byteLength}`,
-          );
-        if (this.adoptedShared.get(into.bytes.buffer as ArrayBuffer) !== shared.block)
-          this.conn.takeShared(shared.block, into.bytes);
+        // NB: a buffer adoptBuffer made over this block (or shared transfer) already holds the bytes
+        const a = this.adopted.get(into.bytes.buffer as ArrayBuffer);
+        if (a?.kind !== kind || a.id !== t.block) take.call(this.conn, t.block, into.bytes);
         return this.pending.track(Promise.resolve(), (e) => e);
       }
       d = decode(this.name, descriptor);
