@@ -202,8 +202,8 @@ uint64_t LandClass(uint64_t n) {
 
 // memcpy of a large buffer on the kernels' thread pool as well as the calling thread: one thread does
 // not reach the memory bandwidth (measured here at 40 MB: 2.6-2.9 ms alone, 2.3 ms on two threads;
-// the channel-level 40 MB echo 12.6-12.9 -> 12.0 ms). Below two grains the hand-off is not worth it
-// (a 4 MB echo was no faster).
+// the channel-level 40 MB echo 12.6-12.9 -> 12.0 ms). Up to one grain it stays on the calling thread:
+// the hand-off is not worth it there (a 4 MB echo was no faster).
 constexpr int64_t kCopyGrain = 8 << 20;
 void ParallelCopy(char* dst, const char* src, uint64_t n) {
   ParallelFor(static_cast<int64_t>(n), kCopyGrain, [&](int64_t b, int64_t e) { std::memcpy(dst + b, src + b, e - b); });
