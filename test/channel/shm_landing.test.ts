@@ -18,7 +18,7 @@ import { type Tensor, rpc, zeros } from "../../sdk/index.js";
 import { loadNative } from "../../sdk/native/binding.js";
 import { ChannelPeer, pattern } from "../bench/channel_peer.js";
 import { nativeOrSkip } from "../native/helpers.js";
-import { sameBytes, useRpcGroup } from "./helpers.js";
+import { sameBytes, useEnv, useRpcGroup } from "./helpers.js";
 
 const { skip } = nativeOrSkip();
 
@@ -94,6 +94,56 @@ describe.skipIf(skip !== null)("shm landing blocks, channel level", () => {
     ch.close();
     expect(ch.landingStats()).toBeNull();
     // NB: this side copied every landed transfer out, so no buffer of ours still views a block
+    expect(landingMappings()).toEqual([]);
+  });
+});
+
+describe.skipIf(skip !== null)("shm landing blocks of an idle size make room for a new size", () => {
+  const BUDGET = 4 * 2 ** 20; // one burst of four 1 MiB blocks fills it
+  const ENV = { TPRPC_SHM_LANDING_BYTES: String(BUDGET) };
+  let peer: ChannelPeer;
+  let ch: TaggedChannel;
+  useEnv(ENV);
+
+  beforeAll(async () => {
+    const { shmChannelContext } = await import("../../sdk/channel/shm/index.js");
+    peer = await ChannelPeer.start(shmChannelContext, ENV);
+    ch = peer.channel as TaggedChannel;
+  }, 30_000);
+
+  afterAll(async () => {
+    await peer?.kill();
+  });
+
+  it("fills the budget with 1 MiB blocks; 3 MB sends land only once those were unused for 2 s and taken back", async () => {
+    const stats = () => ch.landingStats()!;
+    const echo = async (n: number, seed: number): Promise<void> => {
+      const x = pattern(n, seed);
+      expect(sameBytes(await peer.echo(x).back, x), `${n} B echoed`).toBe(true);
+      expect(stats().peerBytes, "the peer's blocks stay within its budget").toBeLessThanOrEqual(BUDGET);
+      expect(stats().offeredBytes, "our blocks stay within our budget").toBeLessThanOrEqual(BUDGET);
+    };
+    let seed = 100;
+    for (let i = 0; i < 16; i++) await echo(2 ** 20, seed++);
+    expect(await until(() => stats().peerBytes === BUDGET, 5_000), "1 MiB blocks fill the peer's budget").toBe(true);
+    // just used: a 3 MB transfer finds no room and takes nothing back
+    const t0 = Date.now();
+    let landed = stats().landedSends;
+    for (let i = 0; i < 3; i++) await echo(3_000_000, seed++);
+    if (Date.now() - t0 < 1_500) {
+      expect(stats().landedSends, "no 3 MB send lands while the 1 MiB blocks are in use").toBe(landed);
+      expect(stats().peerBytes).toBe(BUDGET);
+    }
+    await new Promise((r) => setTimeout(r, 2_200));
+    landed = stats().landedSends;
+    let tries = 0;
+    while (stats().landedSends === landed && tries++ < 30) await echo(3_000_000, seed++);
+    expect(stats().landedSends, "a 3 MB send lands once idle 1 MiB blocks were taken back").toBeGreaterThan(landed);
+    expect(peer.childErrors).toEqual([]);
+  }, 60_000);
+
+  it("leaves no landing mapping behind once the channel is closed", async () => {
+    ch.close();
     expect(landingMappings()).toEqual([]);
   });
 });

@@ -44,6 +44,10 @@
 //  4. Blocks stay within TPRPC_SHM_LANDING_BYTES (default 256 MiB) per channel and direction and
 //     ClassLimit() per class; without a free block the transfer goes through the ring. They are
 //     unmapped when the channel closes, or (adopted ones) when their buffer is freed after that.
+//  5. When a block of a new size does not fit the budget, the receiver asks for free blocks of other
+//     sizes unused for kLandIdle back (kMsgRevoke); the sender unmaps each once it is free on its side
+//     (at once, or after the kMsgFree of a transfer in flight) and answers kMsgRevoked, and the
+//     receiver unmaps it too. The next ring transfer of the new size then finds room for its blocks.
 //  NB: the peer has our free blocks mapped writable; it is the authenticated, same-uid process
 //  of the handshake, and it writes a block only between our offer and its descriptor.
 //
@@ -76,6 +80,7 @@
 #include <string>
 #include <thread>
 #include <map>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -177,10 +182,14 @@ constexpr uint64_t kLandMax = 64ull << 20; // larger ones too (their copy runs o
 constexpr size_t kLandPerClass = 16;       // blocks of one size class per channel, at most (or kLandClassBytes)
 constexpr uint64_t kLandClassBytes = 128ull << 20;
 constexpr int kLandBurst = 4;              // blocks offered after one ring transfer of a landing size
-constexpr uint32_t kMsgOffer = 1, kMsgFree = 2, kMsgShare = 3;
+constexpr uint32_t kMsgOffer = 1, kMsgFree = 2, kMsgShare = 3, kMsgRevoke = 4, kMsgRevoked = 5;
+// A free block unused this long may be taken back when a block of another size does not fit the budget.
+constexpr std::chrono::milliseconds kLandIdle{2000};
 
 // Socket message after the handshake (both directions): kMsgOffer carries the block's memfd;
-// kMsgShare carries a shared storage's memfd, `id` is the transfer and `cap` its offset in the file.
+// kMsgShare carries a shared storage's memfd, `id` is the transfer and `cap` its offset in the file;
+// kMsgRevoke (owner -> filler) asks for block `id` back, kMsgRevoked (filler -> owner) says the filler
+// unmapped it and will not name it again.
 struct LandMsg {
   uint32_t type;
   uint32_t id;
@@ -257,12 +266,16 @@ class Landing {
     uint32_t id;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (closed_ || bytes_ + cap > budget_) return false;
+      if (closed_) return false;
       size_t same = 0;
       for (auto& b : blocks_) same += (b.ptr != nullptr && b.cap == cap);
       if (same >= ClassLimit(cap)) return false;
+      if (bytes_ + cap > budget_) {
+        ReclaimIdle(cap);  // NB: the blocks come back later (Revoked); a later transfer of this size offers again
+        return false;
+      }
       id = static_cast<uint32_t>(blocks_.size());
-      blocks_.push_back({nullptr, cap, false, false, 0});
+      blocks_.push_back({nullptr, cap, false, false, 0, false, std::chrono::steady_clock::now()});
       bytes_ += cap;
     }
     int fd = memfd_create("tprpc-shm-landing", MFD_CLOEXEC);
@@ -301,6 +314,7 @@ class Landing {
       return false;
     }
     blocks_[id].adopted = true;
+    blocks_[id].used = std::chrono::steady_clock::now();
     blocks_[id].length = length;
     *data = blocks_[id].ptr;
     if (env != nullptr) Account(*env, id);
@@ -323,6 +337,16 @@ class Landing {
       return;
     }
     SendLandMsg(sock_, {kMsgFree, id, blocks_[id].cap}, -1);
+  }
+
+  // Watcher thread: the peer gave block `id` back (kMsgRevoke answered): unmaps it, which frees budget
+  // for other sizes. A block a buffer still views (a broken peer) stays.
+  void Revoked(uint32_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (id >= blocks_.size() || blocks_[id].ptr == nullptr || !blocks_[id].revoking || blocks_[id].adopted) return;
+    munmap(blocks_[id].ptr, blocks_[id].cap);
+    blocks_[id].ptr = nullptr;
+    bytes_ -= blocks_[id].cap;
   }
 
   // JS thread, when the channel closes (before its socket is closed): unmaps every block no buffer views.
@@ -381,12 +405,36 @@ class Landing {
     if (shown != 0) Napi::MemoryManagement::AdjustExternalMemory(env, shown);
   }
 
+  // Receiver thread, mu_ held, when a block of capacity `cap` does not fit the budget: asks the peer
+  // for free blocks of other sizes back (kMsgRevoke), those unused longest first, as long as they have
+  // been unused for kLandIdle (two sizes in turn keep their blocks) and until `cap` would fit.
+  void ReclaimIdle(uint64_t cap) {
+    auto now = std::chrono::steady_clock::now();
+    uint64_t coming = 0;
+    std::vector<uint32_t> idle;
+    for (uint32_t i = 0; i < blocks_.size(); i++) {
+      const Block& b = blocks_[i];
+      if (b.ptr == nullptr) continue;
+      if (b.revoking) coming += b.cap;
+      else if (!b.adopted && b.cap != cap && now - b.used >= kLandIdle) idle.push_back(i);
+    }
+    std::sort(idle.begin(), idle.end(), [&](uint32_t a, uint32_t b) { return blocks_[a].used < blocks_[b].used; });
+    for (uint32_t i : idle) {
+      if (bytes_ - coming + cap <= budget_) return;
+      if (!SendLandMsg(sock_, {kMsgRevoke, i, blocks_[i].cap}, -1)) return;
+      blocks_[i].revoking = true;
+      coming += blocks_[i].cap;
+    }
+  }
+
   struct Block {
     void* ptr;
     uint64_t cap;
     bool adopted;
     bool hidden;      // adopted, and its length taken off V8's external memory (Account)
     uint64_t length;  // of the adopted buffer
+    bool revoking;    // asked back (kMsgRevoke); unmapped once the peer says kMsgRevoked
+    std::chrono::steady_clock::time_point used;  // offered or last adopted
   };
   std::mutex mu_;
   int sock_;
@@ -603,6 +651,7 @@ class ShmCore {
     for (auto& kv : shares_in_) close(kv.second.first);
     shares_in_.clear();
     peer_free_.clear();
+    revoke_pending_.clear();
     close(wake_fd_);
     c_.out.Unmap();
     c_.in.Unmap();
@@ -882,6 +931,11 @@ class ShmCore {
       share_cv_.notify_all();
       return true;
     }
+    if (m.type == kMsgRevoked) {
+      if (fd >= 0) close(fd);
+      landing_->Revoked(m.id);
+      return true;
+    }
     std::lock_guard<std::mutex> lock(peer_mu_);
     if (m.type == kMsgOffer && fd >= 0 && peer_blocks_.count(m.id) == 0 && m.cap >= kLandMin && m.cap <= LandClass(kLandMax)) {
       // NB: populated here, off the JS thread, so a copy into the block never faults
@@ -891,10 +945,28 @@ class ShmCore {
         peer_free_.emplace(m.cap, m.id);
       }
     } else if (m.type == kMsgFree && peer_blocks_.count(m.id) != 0) {
-      peer_free_.emplace(peer_blocks_[m.id].cap, m.id);
+      if (revoke_pending_.erase(m.id) != 0) GiveBack(m.id);
+      else peer_free_.emplace(peer_blocks_[m.id].cap, m.id);
+    } else if (m.type == kMsgRevoke && peer_blocks_.count(m.id) != 0) {
+      // NB: a block we are filling, or named in a descriptor the peer has not taken yet, goes back after its kMsgFree
+      auto range = peer_free_.equal_range(peer_blocks_[m.id].cap);
+      auto it = std::find_if(range.first, range.second, [&](const auto& kv) { return kv.second == m.id; });
+      if (it != range.second) {
+        peer_free_.erase(it);
+        GiveBack(m.id);
+      } else {
+        revoke_pending_.insert(m.id);
+      }
     }
     if (fd >= 0) close(fd);
     return true;
+  }
+
+  // Watcher thread, peer_mu_ held: unmaps the peer's block `id` (free, and asked back) and says so.
+  void GiveBack(uint32_t id) {
+    munmap(peer_blocks_[id].ptr, peer_blocks_[id].cap);
+    peer_blocks_.erase(id);
+    SendLandMsg(c_.sock, {kMsgRevoked, id, 0}, -1);
   }
 
   void Watch() {
@@ -940,6 +1012,7 @@ class ShmCore {
   std::mutex peer_mu_;  // JS thread (Land) and watcher thread (offers, frees)
   std::map<uint32_t, PeerBlock> peer_blocks_;   // blocks the peer offered us, mapped
   std::multimap<uint64_t, uint32_t> peer_free_;  // capacity -> id of those we may fill now
+  std::set<uint32_t> revoke_pending_;            // blocks the peer asked back while not free here
   uint64_t landed_sends_ = 0;  // JS thread
   uint32_t next_share_ = 0;    // JS thread: id of our next shared transfer
   std::mutex share_mu_;        // JS thread (TakeShare) and watcher thread (kMsgShare)

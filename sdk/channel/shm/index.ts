@@ -20,7 +20,8 @@
  * it offered after the first ring transfer of their size class, and the receiving
  * pipe takes the block as the received buffer (measured 4 MB round trip ~2.2 →
  * ~1.3-1.6 ms, 40 MB ~19 → ~12 ms here). TPRPC_SHM_LANDING_BYTES (default
- * 256 MiB per channel and direction; 0 turns landing off) bounds the blocks.
+ * 256 MiB per channel and direction; 0 turns landing off) bounds the blocks; when a new size does
+ * not fit, blocks of sizes unused for 2 s are taken back to make room.
  *
  * Domain: same boot id, network namespace (abstract sockets live there) and
  * pid namespace (the pid check), and the same SHM_PROTOCOL. Priority: CHANNEL_PRIORITY.shm for cpu-cpu.
@@ -42,9 +43,10 @@ import { TaggedChannel } from "./tagged_channel.js";
 
 /**
  * Revision of what the two sides say over the channel's socket and in descriptors: 2 added landing
- * blocks (kMsgOffer/kMsgFree, LANDED) and shared storages (kMsgShare, SHARED).
+ * blocks (kMsgOffer/kMsgFree, LANDED) and shared storages (kMsgShare, SHARED); 3 added taking idle
+ * landing blocks back (kMsgRevoke/kMsgRevoked).
  */
-export const SHM_PROTOCOL = 2;
+export const SHM_PROTOCOL = 3;
 
 export class ShmChannelContext implements ChannelContext {
   readonly name = "shm";
