@@ -148,6 +148,45 @@ describe.skipIf(skip !== null)("shm landing blocks of an idle size make room for
   });
 });
 
+describe.skipIf(skip !== null)("shm landing blocks unused for TPRPC_SHM_LANDING_IDLE_S are given back", () => {
+  const ENV = { TPRPC_SHM_LANDING_IDLE_S: "1" };
+  let peer: ChannelPeer;
+  let ch: TaggedChannel;
+  useEnv(ENV);
+
+  beforeAll(async () => {
+    const { shmChannelContext } = await import("../../sdk/channel/shm/index.js");
+    peer = await ChannelPeer.start(shmChannelContext, ENV);
+    ch = peer.channel as TaggedChannel;
+  }, 30_000);
+
+  afterAll(async () => {
+    await peer?.kill();
+  });
+
+  it("both sides unmap idle blocks after a quiet second or two, and landing starts again on the next transfers", async () => {
+    const stats = () => ch.landingStats()!;
+    let seed = 200;
+    const echo = async (n: number): Promise<void> => {
+      const x = pattern(n, seed++);
+      expect(sameBytes(await peer.echo(x).back, x), `${n} B echoed`).toBe(true);
+    };
+    for (let i = 0; i < 4; i++) await echo(2 ** 20);
+    expect(stats().peerBytes, "the peer offered blocks").toBeGreaterThan(0);
+    expect(stats().offeredBytes, "we offered blocks").toBeGreaterThan(0);
+    expect(landingMappings().length).toBeGreaterThan(0);
+    expect(
+      await until(() => stats().peerBytes === 0 && stats().offeredBytes === 0, 10_000),
+      "idle blocks given back on both sides",
+    ).toBe(true);
+    expect(landingMappings(), "no landing block mapped here any more").toEqual([]);
+    const landed = stats().landedSends;
+    for (let i = 0; i < 4; i++) await echo(2 ** 20);
+    expect(stats().landedSends, "landing resumes with new blocks").toBeGreaterThan(landed);
+    expect(peer.childErrors).toEqual([]);
+  }, 30_000);
+});
+
 const keep = (t: Tensor): number => {
   const g = globalThis as { __landingKept?: Tensor[] };
   (g.__landingKept ??= []).push(t);

@@ -48,6 +48,8 @@
 //     sizes unused for kLandIdle back (kMsgRevoke); the sender unmaps each once it is free on its side
 //     (at once, or after the kMsgFree of a transfer in flight) and answers kMsgRevoked, and the
 //     receiver unmaps it too. The next ring transfer of the new size then finds room for its blocks.
+//     Blocks unused for TPRPC_SHM_LANDING_IDLE_S (default 30 s) are asked back the same way, so a
+//     quiet channel returns the memory a burst of transfers made.
 //  NB: the peer has our free blocks mapped writable; it is the authenticated, same-uid process
 //  of the handshake, and it writes a block only between our offer and its descriptor.
 //
@@ -196,6 +198,15 @@ struct LandMsg {
   uint64_t cap;
 };
 
+// How long a landing block may go unused before the receiver asks for it back even when no other size
+// needs the room (TPRPC_SHM_LANDING_IDLE_S, default 30 s), so that memory a burst of transfers made
+// is returned.
+std::chrono::milliseconds LandIdleFromEnv() {
+  const char* v = std::getenv("TPRPC_SHM_LANDING_IDLE_S");
+  double secs = v != nullptr && *v != '\0' ? std::strtod(v, nullptr) : 30.0;
+  return std::chrono::milliseconds(static_cast<int64_t>((secs > 0 ? secs : 30.0) * 1000));
+}
+
 uint64_t LandBudgetFromEnv() {
   const char* v = std::getenv("TPRPC_SHM_LANDING_BYTES");
   if (v != nullptr && *v != '\0') return std::strtoull(v, nullptr, 10);
@@ -337,6 +348,20 @@ class Landing {
       return;
     }
     SendLandMsg(sock_, {kMsgFree, id, blocks_[id].cap}, -1);
+  }
+
+  // Watcher thread, after each second without a message on the socket: asks for every free block unused
+  // for `idle` back (kMsgRevoke; Revoked() unmaps it).
+  void ReleaseIdle(std::chrono::milliseconds idle) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    auto now = std::chrono::steady_clock::now();
+    for (uint32_t i = 0; i < blocks_.size(); i++) {
+      Block& b = blocks_[i];
+      if (b.ptr == nullptr || b.adopted || b.revoking || now - b.used < idle) continue;
+      if (!SendLandMsg(sock_, {kMsgRevoke, i, b.cap}, -1)) return;
+      b.revoking = true;
+    }
   }
 
   // Watcher thread: the peer gave block `id` back (kMsgRevoke answered): unmaps it, which frees budget
@@ -971,10 +996,15 @@ class ShmCore {
 
   void Watch() {
     struct pollfd p[2] = {{c_.sock, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    const auto idle = LandIdleFromEnv();
     for (;;) {
-      int n = poll(p, 2, -1);
+      int n = poll(p, 2, 1000);
       if (n < 0 && errno == EINTR) continue;
       if (closing_.load() || (p[1].revents & POLLIN)) return;
+      if (n == 0) {
+        landing_->ReleaseIdle(idle);  // NB: after each second without a message on the socket
+        continue;
+      }
       if (n > 0 && p[0].revents != 0 && !((p[0].revents & POLLIN) && TakeLandMsg())) {
         peer_gone_.store(true, std::memory_order_release);
         WakeAll();
