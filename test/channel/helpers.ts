@@ -1,10 +1,13 @@
 /**
- * What the channel suites share: this process's env set for one describe block, an rpc group of
- * this process and one real local worker pinned to a channel, and byte comparison.
+ * What the channel suites share: this process's env set for one describe block, an shm channel to a
+ * real peer process, an rpc group of this process and one real local worker pinned to a channel, and
+ * byte comparison.
  */
 import { afterAll, beforeAll, expect } from "vitest";
+import type { TaggedChannel } from "../../sdk/channel/shm/tagged_channel.js";
 import { rpc } from "../../sdk/index.js";
 import { startLocalWorkers, type LocalCluster } from "../../sdk/rpc/launcher.js";
+import { ChannelPeer } from "../bench/channel_peer.js";
 
 /** Sets `env` in this process before the enclosing describe block's tests and restores it after them. */
 export function useEnv(env: Readonly<Record<string, string>>): void {
@@ -21,6 +24,24 @@ export function useEnv(env: Readonly<Record<string, string>>): void {
       else process.env[k] = v;
     }
   });
+}
+
+/**
+ * For the enclosing describe block: `env` here and in a peer process (test/bench/channel_peer.ts) whose
+ * shm channel to us is up before the tests; the peer is killed after them. Read the fields in tests.
+ */
+export function useShmPeer(env: Readonly<Record<string, string>> = {}): { peer: ChannelPeer; channel: TaggedChannel } {
+  useEnv(env);
+  const s = {} as { peer: ChannelPeer; channel: TaggedChannel };
+  beforeAll(async () => {
+    const { shmChannelContext } = await import("../../sdk/channel/shm/index.js");
+    s.peer = await ChannelPeer.start(shmChannelContext, env);
+    s.channel = s.peer.channel as TaggedChannel;
+  }, 30_000);
+  afterAll(async () => {
+    await s.peer?.kill();
+  });
+  return s;
 }
 
 /**

@@ -16,9 +16,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TaggedChannel } from "../../sdk/channel/shm/tagged_channel.js";
 import { type Tensor, rpc, zeros } from "../../sdk/index.js";
 import { loadNative } from "../../sdk/native/binding.js";
-import { ChannelPeer, pattern } from "../bench/channel_peer.js";
+import { pattern } from "../bench/channel_peer.js";
 import { nativeOrSkip } from "../native/helpers.js";
-import { sameBytes, useEnv, useRpcGroup } from "./helpers.js";
+import { sameBytes, useRpcGroup, useShmPeer } from "./helpers.js";
 
 const { skip } = nativeOrSkip();
 
@@ -48,20 +48,10 @@ async function until(cond: () => boolean, ms: number): Promise<boolean> {
 }
 
 describe.skipIf(skip !== null)("shm landing blocks, channel level", () => {
-  let peer: ChannelPeer;
-  let ch: TaggedChannel;
-
-  beforeAll(async () => {
-    const { shmChannelContext } = await import("../../sdk/channel/shm/index.js");
-    peer = await ChannelPeer.start(shmChannelContext);
-    ch = peer.channel as TaggedChannel;
-  }, 30_000);
-
-  afterAll(async () => {
-    await peer?.kill();
-  });
+  const shm = useShmPeer();
 
   it("the second send of a size class lands in a block the peer offered; sizes outside 64 KiB-64 MiB never land", async () => {
+    const { peer, channel: ch } = shm;
     const stats = () => ch.landingStats()!;
     expect(stats()).not.toBeNull();
     let seed = 1;
@@ -91,6 +81,7 @@ describe.skipIf(skip !== null)("shm landing blocks, channel level", () => {
   }, 60_000);
 
   it("leaves no landing mapping behind once the channel is closed", async () => {
+    const { channel: ch } = shm;
     ch.close();
     expect(ch.landingStats()).toBeNull();
     // NB: this side copied every landed transfer out, so no buffer of ours still views a block
@@ -101,21 +92,10 @@ describe.skipIf(skip !== null)("shm landing blocks, channel level", () => {
 describe.skipIf(skip !== null)("shm landing blocks of an idle size make room for a new size", () => {
   const BUDGET = 4 * 2 ** 20; // one burst of four 1 MiB blocks fills it
   const ENV = { TPRPC_SHM_LANDING_BYTES: String(BUDGET) };
-  let peer: ChannelPeer;
-  let ch: TaggedChannel;
-  useEnv(ENV);
-
-  beforeAll(async () => {
-    const { shmChannelContext } = await import("../../sdk/channel/shm/index.js");
-    peer = await ChannelPeer.start(shmChannelContext, ENV);
-    ch = peer.channel as TaggedChannel;
-  }, 30_000);
-
-  afterAll(async () => {
-    await peer?.kill();
-  });
+  const shm = useShmPeer(ENV);
 
   it("fills the budget with 1 MiB blocks; 3 MB sends land only once those were unused for 2 s and taken back", async () => {
+    const { peer, channel: ch } = shm;
     const stats = () => ch.landingStats()!;
     const echo = async (n: number, seed: number): Promise<void> => {
       const x = pattern(n, seed);
@@ -143,6 +123,7 @@ describe.skipIf(skip !== null)("shm landing blocks of an idle size make room for
   }, 60_000);
 
   it("leaves no landing mapping behind once the channel is closed", async () => {
+    const { channel: ch } = shm;
     ch.close();
     expect(landingMappings()).toEqual([]);
   });
@@ -150,21 +131,10 @@ describe.skipIf(skip !== null)("shm landing blocks of an idle size make room for
 
 describe.skipIf(skip !== null)("shm landing blocks unused for TPRPC_SHM_LANDING_IDLE_S are given back", () => {
   const ENV = { TPRPC_SHM_LANDING_IDLE_S: "1" };
-  let peer: ChannelPeer;
-  let ch: TaggedChannel;
-  useEnv(ENV);
-
-  beforeAll(async () => {
-    const { shmChannelContext } = await import("../../sdk/channel/shm/index.js");
-    peer = await ChannelPeer.start(shmChannelContext, ENV);
-    ch = peer.channel as TaggedChannel;
-  }, 30_000);
-
-  afterAll(async () => {
-    await peer?.kill();
-  });
+  const shm = useShmPeer(ENV);
 
   it("both sides unmap idle blocks after a quiet second or two, and landing starts again on the next transfers", async () => {
+    const { peer, channel: ch } = shm;
     const stats = () => ch.landingStats()!;
     let seed = 200;
     const echo = async (n: number): Promise<void> => {

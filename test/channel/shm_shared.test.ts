@@ -19,9 +19,9 @@ import { type Tensor, manualSeed, randn, rpc, tensor, zeros } from "../../sdk/in
 import { nativeChannels } from "../../sdk/native/channels.js";
 import { collectGarbage } from "../../sdk/rpc/gc.js";
 import { setSharedMemoryProvider, sharedMemoryProvider } from "../../sdk/tensor/shared.js";
-import { ChannelPeer, pattern } from "../bench/channel_peer.js";
+import { pattern } from "../bench/channel_peer.js";
 import { nativeOrSkip } from "../native/helpers.js";
-import { useRpcGroup } from "./helpers.js";
+import { useRpcGroup, useShmPeer } from "./helpers.js";
 
 const { skip } = nativeOrSkip();
 
@@ -80,20 +80,10 @@ describe.skipIf(skip !== null)("Tensor.shareMemory_", () => {
 });
 
 describe.skipIf(skip !== null)("shm shared storages, channel level", () => {
-  let peer: ChannelPeer;
-  let ch: TaggedChannel;
-
-  beforeAll(async () => {
-    const { shmChannelContext } = await import("../../sdk/channel/shm/index.js");
-    peer = await ChannelPeer.start(shmChannelContext);
-    ch = peer.channel as TaggedChannel;
-  }, 30_000);
-
-  afterAll(async () => {
-    await peer?.kill();
-  });
+  const shm = useShmPeer();
 
   it("a shared buffer goes as its file; a peer with its own buffer gets the bytes", async () => {
+    const { peer, channel: ch } = shm;
     const native = nativeChannels()!;
     for (const [n, seed] of [
       [65_536, 1],

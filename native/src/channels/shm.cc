@@ -356,12 +356,8 @@ class Landing {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     auto now = std::chrono::steady_clock::now();
-    for (uint32_t i = 0; i < blocks_.size(); i++) {
-      Block& b = blocks_[i];
-      if (b.ptr == nullptr || b.adopted || b.revoking || now - b.used < idle) continue;
-      if (!SendLandMsg(sock_, {kMsgRevoke, i, b.cap}, -1)) return;
-      b.revoking = true;
-    }
+    for (uint32_t i = 0; i < blocks_.size(); i++)
+      if (Unused(blocks_[i], now, idle) && !AskBack(i)) return;
   }
 
   // Watcher thread: the peer gave block `id` back (kMsgRevoke answered): unmaps it, which frees budget
@@ -439,15 +435,12 @@ class Landing {
     std::vector<uint32_t> idle;
     for (uint32_t i = 0; i < blocks_.size(); i++) {
       const Block& b = blocks_[i];
-      if (b.ptr == nullptr) continue;
-      if (b.revoking) coming += b.cap;
-      else if (!b.adopted && b.cap != cap && now - b.used >= kLandIdle) idle.push_back(i);
+      if (b.ptr != nullptr && b.revoking) coming += b.cap;
+      else if (b.cap != cap && Unused(b, now, kLandIdle)) idle.push_back(i);
     }
     std::sort(idle.begin(), idle.end(), [&](uint32_t a, uint32_t b) { return blocks_[a].used < blocks_[b].used; });
     for (uint32_t i : idle) {
-      if (bytes_ - coming + cap <= budget_) return;
-      if (!SendLandMsg(sock_, {kMsgRevoke, i, blocks_[i].cap}, -1)) return;
-      blocks_[i].revoking = true;
+      if (bytes_ - coming + cap <= budget_ || !AskBack(i)) return;
       coming += blocks_[i].cap;
     }
   }
@@ -461,6 +454,18 @@ class Landing {
     bool revoking;    // asked back (kMsgRevoke); unmapped once the peer says kMsgRevoked
     std::chrono::steady_clock::time_point used;  // offered or last adopted
   };
+
+  // mu_ held: whether block `b` is mapped, free (no buffer views it, not asked back yet) and unused for `idle`.
+  static bool Unused(const Block& b, std::chrono::steady_clock::time_point now, std::chrono::milliseconds idle) {
+    return b.ptr != nullptr && !b.adopted && !b.revoking && now - b.used >= idle;
+  }
+
+  // mu_ held: asks the peer for block `id` back (kMsgRevoke; Revoked() unmaps it); false when the socket refused.
+  bool AskBack(uint32_t id) {
+    if (!SendLandMsg(sock_, {kMsgRevoke, id, blocks_[id].cap}, -1)) return false;
+    blocks_[id].revoking = true;
+    return true;
+  }
   std::mutex mu_;
   int sock_;
   uint64_t budget_;
