@@ -739,6 +739,9 @@ OPTIMIZERS = {
     "AdamW": torch.optim.AdamW,
     "Adagrad": torch.optim.Adagrad,
     "RMSprop": torch.optim.RMSprop,
+    "Adadelta": torch.optim.Adadelta,
+    "Adamax": torch.optim.Adamax,
+    "Rprop": torch.optim.Rprop,
 }
 
 
@@ -747,8 +750,9 @@ def optim_cases():
 
     def add(name, kind, hparams, shapes=((3, 4), (4,)), steps=3):
         kw = dict(hparams)
-        if "betas" in kw:
-            kw["betas"] = tuple(kw["betas"])
+        for pair in ("betas", "etas", "step_sizes"):
+            if pair in kw:
+                kw[pair] = tuple(kw[pair])
 
         def run(upcast):
             seed_for(name)
@@ -792,6 +796,16 @@ def optim_cases():
     add("RMSprop_momentum", "RMSprop", {"lr": 0.01, "momentum": 0.9})
     add("RMSprop_centered", "RMSprop", {"lr": 0.01, "centered": True})
     add("RMSprop_all", "RMSprop", {"lr": 0.01, "alpha": 0.9, "momentum": 0.5, "centered": True, "weight_decay": 0.01})
+    add("Adadelta_default", "Adadelta", {}, steps=4)
+    add("Adadelta_options", "Adadelta", {"lr": 0.5, "rho": 0.8, "eps": 1e-4, "weight_decay": 0.1}, steps=4)
+    add("Adadelta_maximize", "Adadelta", {"lr": 1.0, "weight_decay": 0.05, "maximize": True}, steps=4)
+    add("Adamax_default", "Adamax", {}, steps=4)
+    add("Adamax_options", "Adamax", {"lr": 0.05, "betas": [0.8, 0.99], "eps": 1e-3, "weight_decay": 0.1}, steps=4)
+    add("Adamax_maximize", "Adamax", {"lr": 0.05, "weight_decay": 0.05, "maximize": True}, steps=4)
+    # Rprop: 6 steps, so that sign flips (after a flip, a skipped step) and kept signs both occur several times.
+    add("Rprop_default", "Rprop", {}, steps=6)
+    add("Rprop_options", "Rprop", {"lr": 0.05, "etas": [0.3, 1.5], "step_sizes": [0.01, 0.08]}, steps=6)
+    add("Rprop_maximize", "Rprop", {"lr": 0.02, "maximize": True}, steps=6)
 
     def clip(name, max_norm, norm_type):
         def run(upcast):

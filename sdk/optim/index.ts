@@ -18,5 +18,8 @@ export { Adam, type AdamOptions } from "./adam.js";
 export { AdamW, type AdamWOptions } from "./adamw.js";
 export { Adagrad, type AdagradOptions } from "./adagrad.js";
 export { RMSprop, type RMSpropOptions } from "./rmsprop.js";
+export { Adadelta, type AdadeltaOptions } from "./adadelta.js";
+export { Adamax, type AdamaxOptions } from "./adamax.js";
+export { Rprop, type RpropOptions } from "./rprop.js";
 export { clipGradNorm, clipGradValue } from "./clip.js";
 export * as lrScheduler from "./lr_scheduler.js";

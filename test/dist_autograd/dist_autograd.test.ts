@@ -157,6 +157,44 @@ describe("a one-worker group calling itself", () => {
     expect(module.weight.grad).toBeNull();
   });
 
+  it.each([
+    ["Adadelta", optim.Adadelta as optim.OptimizerClass<object>, { lr: 0.5, rho: 0.8, weightDecay: 0.01 }],
+    ["Adamax", optim.Adamax as optim.OptimizerClass<object>, { lr: 0.05, betas: [0.8, 0.99], weightDecay: 0.01 }],
+    ["Rprop", optim.Rprop as optim.OptimizerClass<object>, { lr: 0.05, etas: [0.3, 1.5], stepSizes: [0.01, 1] }],
+  ])(
+    "steps optim.%s through a DistributedOptimizer as the same optimizer steps a local copy",
+    async (_name, cls, options) => {
+      const init = [
+        [0.5, -1, 2, 0.25],
+        [1.5, -0.5],
+      ];
+      const make = (): Tensor[] => init.map((v) => tensor(v, { dtype: "float32", requiresGrad: true }));
+      const remoteParams = make();
+      const localParams = make();
+      const opt = new DistributedOptimizer(
+        cls,
+        remoteParams.map((p) => new rpc.RRef(p)),
+        options,
+      );
+      const local = new cls(localParams, options);
+      // sum((w - t)^2) over both parameters, with t changing sign so that gradients flip between steps
+      const loss = (a: Tensor, b: Tensor, t: number): Tensor => a.sub(t).square().sum().add(b.sub(t).square().sum());
+      for (const target of [2, -2, 2, 1]) {
+        await distAutograd.context(async (ctxId) => {
+          const y = await rpc.rpcSync<Tensor>("solo", loss, [remoteParams[0]!, remoteParams[1]!, target]);
+          await distAutograd.backward(ctxId, [y]);
+          await opt.step(ctxId);
+        });
+        local.zeroGrad();
+        loss(localParams[0]!, localParams[1]!, target).backward();
+        local.step();
+        remoteParams.forEach((p, i) => expectClose(p, localParams[i]!, 1e-6, 1e-7));
+      }
+      remoteParams.forEach((p, i) => expect(p.toArray()).not.toEqual(init[i]));
+      expect(remoteParams.map((p) => p.grad)).toEqual([null, null]);
+    },
+  );
+
   it("refuses bad arguments with typed errors that say what to do", async () => {
     class MyOpt extends optim.SGD {}
     expect(() => new DistributedOptimizer(MyOpt, [new rpc.RRef(tensor([1], { dtype: "float32" }))], { lr: 1 })).toThrow(

@@ -45,6 +45,27 @@ describe("validation", () => {
     ],
     ["RMSprop alpha", () => new optim.RMSprop(params(), { alpha: -1 }), "Invalid alpha value: -1"],
     ["RMSprop momentum", () => new optim.RMSprop(params(), { momentum: -1 }), "Invalid momentum value: -1"],
+    ["Adadelta lr", () => new optim.Adadelta(params(), { lr: -1 }), "Invalid learning rate: -1"],
+    ["Adadelta rho", () => new optim.Adadelta(params(), { rho: 1.5 }), "Invalid rho value: 1.5"],
+    ["Adadelta eps", () => new optim.Adadelta(params(), { eps: -1e-6 }), "Invalid epsilon value: -0.000001"],
+    ["Adadelta weightDecay", () => new optim.Adadelta(params(), { weightDecay: -1 }), "Invalid weightDecay value: -1"],
+    ["Adamax lr", () => new optim.Adamax(params(), { lr: -0.002 }), "Invalid learning rate: -0.002"],
+    ["Adamax beta1", () => new optim.Adamax(params(), { betas: [0.9, 1] }), "Invalid beta parameter at index 1: 1"],
+    ["Adamax eps", () => new optim.Adamax(params(), { eps: -1 }), "Invalid epsilon value: -1"],
+    ["Adamax weightDecay", () => new optim.Adamax(params(), { weightDecay: -1 }), "Invalid weightDecay value: -1"],
+    ["Rprop lr", () => new optim.Rprop(params(), { lr: -0.01 }), "Invalid learning rate: -0.01"],
+    ["Rprop etaminus", () => new optim.Rprop(params(), { etas: [1, 1.2] }), "Invalid eta values: 1, 1.2"],
+    ["Rprop etaplus", () => new optim.Rprop(params(), { etas: [0.5, 0.9] }), "Invalid eta values: 0.5, 0.9"],
+    [
+      "Rprop stepSizes",
+      () => new optim.Rprop(params(), { stepSizes: [1, 0.5] }),
+      "Invalid stepSizes: [1, 0.5] (expected a pair [min, max] with 0 <= min <= max",
+    ],
+    [
+      "Rprop maximize",
+      () => new optim.Rprop(params(), { maximize: "yes" as unknown as boolean }),
+      'Invalid maximize value: "yes"',
+    ],
     [
       "a bad value in one group",
       () => new optim.SGD([{ params: params(), lr: -2 }], { lr: 0.1 }),
@@ -164,6 +185,9 @@ describe("step", () => {
       (p: Tensor[]) => new optim.AdamW(p),
       (p: Tensor[]) => new optim.Adagrad(p),
       (p: Tensor[]) => new optim.RMSprop(p, { centered: true, momentum: 0.5 }),
+      (p: Tensor[]) => new optim.Adadelta(p),
+      (p: Tensor[]) => new optim.Adamax(p),
+      (p: Tensor[]) => new optim.Rprop(p),
     ]) {
       const ps = params();
       const storages = ps.map((p) => p.storage);
@@ -267,6 +291,9 @@ describe("stateDict", () => {
     ["AdamW", (p) => new optim.AdamW(p, { lr: 0.05 })],
     ["Adagrad", (p) => new optim.Adagrad(p, { lr: 0.1, lrDecay: 0.1 })],
     ["RMSprop", (p) => new optim.RMSprop(p, { momentum: 0.5, centered: true })],
+    ["Adadelta", (p) => new optim.Adadelta(p, { weightDecay: 0.01 })],
+    ["Adamax", (p) => new optim.Adamax(p, { lr: 0.05 })],
+    ["Rprop", (p) => new optim.Rprop(p, { lr: 0.05, etas: [0.3, 1.5] })],
   ];
 
   it.each(kinds)("%s: a fresh optimizer loaded from stateDict continues identically", (_name, make) => {
@@ -306,6 +333,57 @@ describe("stateDict", () => {
       { lr: 0.1, betas: [0.9, 0.999], eps: 1e-8, weightDecay: 0, amsgrad: false, maximize: false, params: [0, 1] },
       { lr: 0.01, betas: [0.9, 0.999], eps: 1e-8, weightDecay: 0, amsgrad: false, maximize: false, params: [2] },
     ]);
+  });
+
+  it.each([
+    [
+      "Adadelta",
+      (p: Tensor[]) => new optim.Adadelta(p),
+      { lr: 1, rho: 0.9, eps: 1e-6, weightDecay: 0, maximize: false },
+      ["accDelta", "squareAvg", "step"],
+    ],
+    [
+      "Adamax",
+      (p: Tensor[]) => new optim.Adamax(p),
+      { lr: 2e-3, betas: [0.9, 0.999], eps: 1e-8, weightDecay: 0, maximize: false },
+      ["expAvg", "expInf", "step"],
+    ],
+    [
+      "Rprop",
+      (p: Tensor[]) => new optim.Rprop(p),
+      { lr: 1e-2, etas: [0.5, 1.2], stepSizes: [1e-6, 50], maximize: false },
+      ["prev", "step", "stepSize"],
+    ],
+  ] as const)("%s: torch's defaults, and its state (camelCase) after a step", (_name, make, defaults, keys) => {
+    const ps = params();
+    const opt = make(ps);
+    expect(opt.stateDict()).toEqual({ state: {}, paramGroups: [{ ...defaults, params: [0, 1] }] });
+    setGrads(ps, randomVecs(16));
+    opt.step();
+    const sd = opt.stateDict();
+    expect(Object.keys(sd.state[1]!).sort()).toEqual(keys);
+    expect(sd.state[1]!.step).toBe(1);
+  });
+
+  it("Rprop: step sizes start at lr, grow on a kept sign, shrink on a flip (no move then), within stepSizes", () => {
+    const w = tensor([1, 1, 1], { dtype: "float64", requiresGrad: true });
+    const opt = new optim.Rprop([w], { lr: 0.1, etas: [0.5, 2], stepSizes: [0.04, 0.3] });
+    // each step's gradient, then the step sizes and parameters after it. Step 2: a kept sign doubles the size, a
+    // flip halves it and does not move (and leaves a 0 gradient, so step 3 keeps that size); steps 3 and 5 clamp.
+    const steps = [
+      { g: [1, -1, 0], sizes: [0.1, 0.1, 0.1], want: [0.9, 1.1, 1] },
+      { g: [1, 1, 1], sizes: [0.2, 0.05, 0.1], want: [0.7, 1.1, 0.9] },
+      { g: [1, -1, -1], sizes: [0.3, 0.05, 0.05], want: [0.4, 1.15, 0.9] },
+      { g: [-1, -1, 1], sizes: [0.15, 0.1, 0.05], want: [0.4, 1.25, 0.85] },
+      { g: [1, 1, -1], sizes: [0.15, 0.05, 0.04], want: [0.25, 1.25, 0.85] },
+      { g: [1, 1, 1], sizes: [0.3, 0.05, 0.04], want: [-0.05, 1.2, 0.81] },
+    ];
+    for (const [k, { g, sizes, want }] of steps.entries()) {
+      w.grad = tensor(g, { dtype: "float64" });
+      opt.step();
+      expectValues(opt.state.get(w)!.stepSize as Tensor, sizes, 1e-12, 0, `step ${k + 1} sizes`);
+      expectValues(w, want, 1e-12, 1e-12, `step ${k + 1} params`);
+    }
   });
 
   it("loads hyperparameters too, and copies state tensors", () => {
@@ -351,4 +429,7 @@ it("every optimizer class builds through OptimizerClass (as DistributedOptimizer
   expect(build(optim.AdamW, {})).toBeInstanceOf(optim.AdamW);
   expect(build(optim.Adagrad, {})).toBeInstanceOf(optim.Adagrad);
   expect(build(optim.RMSprop, { centered: true })).toBeInstanceOf(optim.RMSprop);
+  expect(build(optim.Adadelta, { rho: 0.95 })).toBeInstanceOf(optim.Adadelta);
+  expect(build(optim.Adamax, {})).toBeInstanceOf(optim.Adamax);
+  expect(build(optim.Rprop, { stepSizes: [1e-4, 1] })).toBeInstanceOf(optim.Rprop);
 });

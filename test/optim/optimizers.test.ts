@@ -2,12 +2,25 @@
  * Each optimizer against a float64 re-derivation of torch 1.13's update rule
  * (reference.ts): three steps with given gradients, on float64 parameters
  * (tight tolerance: same operations, same order) and on float32 parameters
- * (float32 tolerance). PyTorch's own numbers are checked by test/parity.
+ * (float32 tolerance), on every backend. PyTorch's own numbers (test/fixtures/optim.json) are
+ * checked by test/parity/optim.test.ts.
  */
 import { describe, it } from "vitest";
 import { optim, type Tensor } from "../../sdk/index.js";
+import { describeEachBackend } from "../helpers.js";
 import { expectValues, leaves, randomVecs, setGrads } from "./helpers.js";
-import { adagradRule, adamRule, adamwRule, type RefRule, rmspropRule, runReference, sgdRule } from "./reference.js";
+import {
+  adadeltaRule,
+  adagradRule,
+  adamaxRule,
+  adamRule,
+  adamwRule,
+  type RefRule,
+  rmspropRule,
+  rpropRule,
+  runReference,
+  sgdRule,
+} from "./reference.js";
 
 type Make = (params: Tensor[]) => { step(): unknown };
 
@@ -69,25 +82,45 @@ const cases: Case[] = [
     make: (p) => new optim.RMSprop(p, { lr: 0.01, alpha: 0.9, momentum: 0.5, centered: true, weightDecay: 0.01 }),
     rule: rmspropRule({ lr: 0.01, alpha: 0.9, momentum: 0.5, centered: true, weightDecay: 0.01 }),
   },
+  { name: "Adadelta defaults", make: (p) => new optim.Adadelta(p), rule: adadeltaRule({}) },
+  {
+    name: "Adadelta rho eps weightDecay maximize",
+    make: (p) => new optim.Adadelta(p, { lr: 0.5, rho: 0.8, eps: 1e-4, weightDecay: 0.1, maximize: true }),
+    rule: adadeltaRule({ lr: 0.5, rho: 0.8, eps: 1e-4, weightDecay: 0.1, maximize: true }),
+  },
+  { name: "Adamax defaults", make: (p) => new optim.Adamax(p), rule: adamaxRule({}) },
+  {
+    name: "Adamax betas eps weightDecay maximize",
+    make: (p) => new optim.Adamax(p, { lr: 0.05, betas: [0.8, 0.99], eps: 1e-3, weightDecay: 0.1, maximize: true }),
+    rule: adamaxRule({ lr: 0.05, betas: [0.8, 0.99], eps: 1e-3, weightDecay: 0.1, maximize: true }),
+  },
+  { name: "Rprop defaults", make: (p) => new optim.Rprop(p), rule: rpropRule({}) },
+  {
+    name: "Rprop etas stepSizes maximize",
+    make: (p) => new optim.Rprop(p, { lr: 0.05, etas: [0.3, 1.5], stepSizes: [0.01, 0.08], maximize: true }),
+    rule: rpropRule({ lr: 0.05, etas: [0.3, 1.5], stepSizes: [0.01, 0.08], maximize: true }),
+  },
 ];
 
 const start = randomVecs(1);
 const grads = [randomVecs(2), randomVecs(3), randomVecs(4)];
 
-describe.each(cases)("$name", ({ make, rule }) => {
-  const want = runReference(rule, start, grads);
+describeEachBackend("optimizers against the reference", () => {
+  describe.each(cases)("$name", ({ make, rule }) => {
+    const want = runReference(rule, start, grads);
 
-  it.each([
-    ["float64", 1e-12],
-    ["float32", 2e-5],
-  ] as const)("matches the reference for 3 steps (%s)", (dtype, rtol) => {
-    const params = leaves(start, dtype);
-    const opt = make(params);
-    grads.forEach((g, k) => {
-      setGrads(params, g);
-      opt.step();
-      const atol = dtype === "float64" ? 1e-14 : 1e-6;
-      for (const [i, p] of params.entries()) expectValues(p, want[k]![i]!, rtol, atol, `step ${k + 1} p${i}`);
+    it.each([
+      ["float64", 1e-12],
+      ["float32", 2e-5],
+    ] as const)("matches the reference for 3 steps (%s)", (dtype, rtol) => {
+      const params = leaves(start, dtype);
+      const opt = make(params);
+      grads.forEach((g, k) => {
+        setGrads(params, g);
+        opt.step();
+        const atol = dtype === "float64" ? 1e-14 : 1e-6;
+        for (const [i, p] of params.entries()) expectValues(p, want[k]![i]!, rtol, atol, `step ${k + 1} p${i}`);
+      });
     });
   });
 });

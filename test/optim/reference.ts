@@ -123,6 +123,74 @@ export function rmspropRule(h: {
   };
 }
 
+export function adadeltaRule(h: {
+  lr?: number;
+  rho?: number;
+  eps?: number;
+  weightDecay?: number;
+  maximize?: boolean;
+}): RefRule {
+  const { lr = 1, rho = 0.9, eps = 1e-6, weightDecay = 0, maximize = false } = h;
+  return (p, g, s) => {
+    const v = buf(s, "v", p);
+    const u = buf(s, "u", p);
+    for (let i = 0; i < p.length; i++) {
+      const gi = (maximize ? -g[i]! : g[i]!) + weightDecay * p[i]!;
+      v[i] = rho * v[i]! + (1 - rho) * gi * gi;
+      const delta = (Math.sqrt(u[i]! + eps) / Math.sqrt(v[i]! + eps)) * gi;
+      u[i] = rho * u[i]! + (1 - rho) * delta * delta;
+      p[i] = p[i]! - lr * delta;
+    }
+  };
+}
+
+export function adamaxRule(h: {
+  lr?: number;
+  betas?: [number, number];
+  eps?: number;
+  weightDecay?: number;
+  maximize?: boolean;
+}): RefRule {
+  const { lr = 2e-3, betas = [0.9, 0.999], eps = 1e-8, weightDecay = 0, maximize = false } = h;
+  const [b1, b2] = betas;
+  return (p, g, s) => {
+    s.step += 1;
+    const m = buf(s, "m", p);
+    const u = buf(s, "u", p);
+    const clr = lr / (1 - b1 ** s.step);
+    for (let i = 0; i < p.length; i++) {
+      const gi = (maximize ? -g[i]! : g[i]!) + weightDecay * p[i]!;
+      m[i] = b1 * m[i]! + (1 - b1) * gi;
+      u[i] = Math.max(b2 * u[i]!, Math.abs(gi) + eps);
+      p[i] = p[i]! - (clr * m[i]!) / u[i]!;
+    }
+  };
+}
+
+export function rpropRule(h: {
+  lr?: number;
+  etas?: [number, number];
+  stepSizes?: [number, number];
+  maximize?: boolean;
+}): RefRule {
+  const { lr = 1e-2, etas = [0.5, 1.2], stepSizes = [1e-6, 50], maximize = false } = h;
+  const [etaminus, etaplus] = etas;
+  const [lo, hi] = stepSizes;
+  return (p, g, s) => {
+    const prev = buf(s, "prev", p);
+    const size = buf(s, "size", p, lr);
+    for (let i = 0; i < p.length; i++) {
+      let gi = maximize ? -g[i]! : g[i]!;
+      const agree = gi * prev[i]!;
+      const f = agree > 0 ? etaplus : agree < 0 ? etaminus : 1;
+      size[i] = Math.min(Math.max(size[i]! * f, lo), hi);
+      if (agree < 0) gi = 0;
+      p[i] = p[i]! - Math.sign(gi) * size[i]!;
+      prev[i] = gi;
+    }
+  };
+}
+
 /**
  * Runs `rule` from `params` over grads[step][param]; returns the parameters
  * after each step (copies).

@@ -1,6 +1,6 @@
 /**
  * Optimizers and gradient clipping (test/fixtures/optim.json) on every
- * backend: from PyTorch's starting parameters, three step() calls with the
+ * backend: from PyTorch's starting parameters, step() calls (three to six) with the
  * recorded gradients leave the parameters PyTorch had after each step;
  * clipGradNorm returns PyTorch's total norm and scales the gradients alike.
  *
@@ -41,6 +41,10 @@ const HPARAM_NAMES: Record<string, string> = {
   initial_accumulator_value: "initialAccumulatorValue",
   alpha: "alpha",
   centered: "centered",
+  maximize: "maximize",
+  rho: "rho",
+  etas: "etas",
+  step_sizes: "stepSizes",
 };
 
 interface OptimizerLike {
@@ -54,6 +58,9 @@ const OPTIMIZERS: Record<string, () => OptimizerCtor> = {
   AdamW: () => optim.AdamW as unknown as OptimizerCtor,
   Adagrad: () => optim.Adagrad as unknown as OptimizerCtor,
   RMSprop: () => optim.RMSprop as unknown as OptimizerCtor,
+  Adadelta: () => optim.Adadelta as unknown as OptimizerCtor,
+  Adamax: () => optim.Adamax as unknown as OptimizerCtor,
+  Rprop: () => optim.Rprop as unknown as OptimizerCtor,
 };
 
 function options(hparams: Record<string, unknown>): Record<string, unknown> {
