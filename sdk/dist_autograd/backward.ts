@@ -110,6 +110,11 @@ export async function backward(ctxId: number, roots: readonly Tensor[], retainGr
       throw new AutogradError(
         `root ${i} does not require grad and has no gradFn; backward needs tensors computed from ones that require grad`,
       );
+    if (r.isLeaf)
+      throw new AutogradError(
+        `root ${i} is a leaf tensor (it has no gradFn); as in PyTorch, distributed backward starts from a tensor ` +
+          "computed by autograd, e.g. loss = x.sum(), not from x itself",
+      );
     if (r.numel() !== 1)
       throw new AutogradError(
         `root ${i} has shape [${r.shape.join(", ")}]; distributed backward takes scalar roots (e.g. loss.sum())`,

@@ -20,6 +20,8 @@ import { AutogradError } from "../errors/index.js";
 import { backward, getGradients, releaseContext } from "./backward.js";
 import { contextCount, createContext, currentContextId, runInContext, setAmbient } from "./context.js";
 import { installHook } from "./hook.js";
+// NB: installs RRef.backward
+import "./rref_backward.js";
 
 export { backward, getGradients, contextCount };
 

@@ -18,7 +18,7 @@
  *    pending on it with WorkerUnavailableError at once.
  */
 import os from "node:os";
-import { RpcNotInitializedError, RpcTimeoutError, WorkerUnavailableError } from "../errors/index.js";
+import { RpcNotInitializedError, RpcTimeoutError, ValueError, WorkerUnavailableError } from "../errors/index.js";
 import { debug } from "../util/index.js";
 import type { TransportListener } from "../transport/interface.js";
 import { tcpTransport } from "../transport/tcp/index.js";
@@ -46,11 +46,11 @@ import {
   StoreClient,
   StoreServer,
   type WorkerInfo,
-  barrier,
   rendezvous,
 } from "./rendezvous/index.js";
 import { type CallKind, type CallRecord, nowMs, profiler } from "./profiler.js";
 import { collectGarbage } from "./gc.js";
+import { ShutdownSync } from "./shutdown_sync.js";
 import { RRef, RRefContext, type RRefHost, setCurrentHost } from "./rref.js";
 import {
   BuiltinIndex,
@@ -63,11 +63,12 @@ import {
   materializeTarget,
 } from "./shipping/index.js";
 import { currentShippingScope } from "./shipping/scope.js";
+import { LongTimer, checkTimeoutMs } from "./timeouts.js";
 
 interface Pending {
   resolve: (v: unknown) => void;
   reject: (e: Error) => void;
-  timer: NodeJS.Timeout | null;
+  timer: LongTimer | null;
   peer: string;
   /** The full record, for a resend when the callee lost the shipped code. */
   retry: (() => void) | null;
@@ -162,9 +163,12 @@ function hookAround<T>(ext: Record<string, unknown> | undefined, from: string, r
 
 /** Options for one call. */
 export interface CallOptions {
-  /** ms; 0 = no timeout; default: the agent's rpcTimeoutMs. */
+  /** ms; 0 = no timeout; default: the agent's rpcTimeoutMs (rpc.getRpcTimeout()). */
   timeoutMs?: number;
 }
+
+/** A destination, as PyTorch takes it: a worker's name, its rank, or its WorkerInfo. */
+export type WorkerRef = string | number | WorkerInfo;
 
 /**
  * The address peers should dial for this worker: TPRPC_ADDR when set (multi-NIC hosts), the
@@ -179,13 +183,6 @@ function advertisedHost(bindHost: string): string {
   return os.hostname();
 }
 
-/** Waits for `p` at most `ms`, and clears its timer either way (so nothing holds the process open). */
-async function within(p: Promise<unknown>, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([p, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
-  clearTimeout(timer);
-}
-
 /** Treats a function whose source starts with `class` as a constructor. */
 function isClass(fn: unknown): fn is new (...a: unknown[]) => unknown {
   return typeof fn === "function" && /^class[\s{]/.test(Function.prototype.toString.call(fn));
@@ -196,13 +193,14 @@ class Peer {
   constructor(
     readonly pipe: Pipe,
     private readonly rrefs: RRefContext,
-    onMessage: (m: DecodedMessage, peer: Peer, bytes: number) => void,
+    onMessage: (m: DecodedMessage, peer: Peer, bytes: number, owned: Promise<unknown>[] | null) => void,
     onDead: (peer: Peer, e: Error | null) => void,
   ) {
     pipe.onMessage((r) => {
       const bytes = r.buffers.map((b) => (b.kind === "cpu" ? b.bytes : new Uint8Array(0)));
       // NB: a decode error propagates to the pipe, which closes (a malformed frame closes that pipe)
-      onMessage(decodeControl(r.control, bytes, { user: rrefs }), this, r.bytes);
+      const m = decodeControl(r.control, bytes, { user: rrefs });
+      onMessage(m, this, r.bytes, rrefs.takeOwnedArrivals());
     });
     pipe.onClose((e) => onDead(this, e));
   }
@@ -267,6 +265,8 @@ export class Agent implements RRefHost {
   private readonly running = new Set<Promise<unknown>>();
   private nextId = 1;
   private closed = false;
+  /** The default timeout of calls (initRpc's rpcTimeoutMs; rpc.setRpcTimeout changes it). */
+  rpcTimeoutMs: number;
 
   private constructor(
     readonly config: InitConfig,
@@ -278,6 +278,7 @@ export class Agent implements RRefHost {
     private readonly advertised: string,
     private readonly caps: Capabilities,
   ) {
+    this.rpcTimeoutMs = config.rpcTimeoutMs;
     this.registry.register("__tprpcRRefCall", rrefMethodCall);
     setCurrentHost(this);
     // NB: a worker that leaves (or dies: its store claims are ephemeral) fails our calls to it now,
@@ -288,7 +289,7 @@ export class Agent implements RRefHost {
       const peer = new Peer(
         Pipe.accept(conn, this.pipeOptions()),
         this.rrefs,
-        (m, p, bytes) => this.onInbound(m, p, bytes),
+        (m, p, bytes, owned) => this.onInbound(m, p, owned),
         (p) => this.inbound.delete(p),
       );
       this.inbound.add(peer);
@@ -330,6 +331,18 @@ export class Agent implements RRefHost {
         address: { host: advertised, port: listener.address.port },
         timeoutMs: config.initTimeoutMs,
       });
+      if (config.worldSize !== undefined) {
+        // NB: as PyTorch's init: a static group's maps may only name its members (known only now)
+        const names = new Set(membership.workers.map((w) => w.name));
+        const strangers = [...config.deviceMaps.keys()].filter((n) => !names.has(n));
+        if (strangers.length > 0) {
+          await membership.leave().catch(() => undefined);
+          throw new ValueError(
+            `worker "${config.name}": deviceMaps names ${strangers.map((n) => `"${n}"`).join(", ")}, not in the group ` +
+              `(${[...names].join(", ")}); device maps may only name the group's workers`,
+          );
+        }
+      }
       const agent = new Agent(config, sdk, listener, store, server, membership, advertised, caps);
       // NB: before any call it serves can run (they may already be queued), so shipped code sees the API ready
       onCreated?.(agent);
@@ -358,32 +371,70 @@ export class Agent implements RRefHost {
     return this.membership.workers.map((w) => w.name).filter((n) => n !== this.name);
   }
 
-  workerInfo(name?: string): WorkerInfo {
-    const n = name ?? this.name;
-    const w = this.membership.get(n);
-    if (!w)
-      throw new WorkerUnavailableError(
-        `unknown worker "${n}"; known workers: ${this.membership.workers.map((x) => x.name).join(", ")}`,
-        n,
+  /** A member by name, rank (its id) or WorkerInfo; WorkerUnavailableError when it is not (or no longer) one. */
+  workerInfo(to?: WorkerRef): WorkerInfo {
+    const known = () => this.membership.workers.map((x) => `${x.name} (rank ${x.id})`).join(", ");
+    if (to === undefined) to = this.name;
+    if (typeof to === "number") {
+      const w = Number.isInteger(to) ? this.membership.workers.find((x) => x.id === to) : undefined;
+      if (!w) throw new WorkerUnavailableError(`no worker has rank ${to}; known workers: ${known()}`, String(to));
+      return w;
+    }
+    if (typeof to === "object" && to !== null && typeof (to as WorkerInfo).name === "string") {
+      const w = this.membership.get(to.name);
+      // NB: a WorkerInfo of an earlier member of that name (it left and another joined) is not this one
+      if (!w || w.id !== to.id)
+        throw new WorkerUnavailableError(
+          `worker ${to.name} (rank ${to.id}) is not in the group; known workers: ${known()}`,
+          to.name,
+        );
+      return w;
+    }
+    if (typeof to !== "string")
+      throw new ValueError(
+        `a destination is a worker name, rank or WorkerInfo, got ${to === null ? "null" : typeof to}`,
       );
+    const w = this.membership.get(to);
+    if (!w) throw new WorkerUnavailableError(`unknown worker "${to}"; known workers: ${known()}`, to);
     return w;
   }
 
   /** Sends one call and returns its result (a Promise: PyTorch's Future). */
-  call(to: string, target: unknown, args: readonly unknown[], opts: CallOptions = {}): Promise<unknown> {
-    return this.request(to, MessageType.REQUEST, target, args, {}, opts.timeoutMs);
+  call(to: WorkerRef, target: unknown, args: readonly unknown[], opts: CallOptions = {}): Promise<unknown> {
+    let name: string;
+    try {
+      name = this.workerInfo(to).name;
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.request(name, MessageType.REQUEST, target, args, {}, opts.timeoutMs);
   }
 
-  /** remote(): an RRef at once; the owner runs the call and keeps the value. */
-  remote<T>(to: string, target: unknown, args: readonly unknown[], opts: CallOptions = {}): RRef<T> {
-    this.workerInfo(to);
+  /**
+   * remote(): an RRef at once; the owner runs the call, keeps the value and replies once it is
+   * made. If that reply does not come within the timeout (or the call could not be sent), the
+   * RRef is marked failed: toHere() and every later use reject with that error, as in PyTorch.
+   */
+  remote<T>(to: WorkerRef, target: unknown, args: readonly unknown[], opts: CallOptions = {}): RRef<T> {
+    const owner = this.workerInfo(to).name;
     const rrefId = this.rrefs.newId();
     const fork = this.rrefs.newId();
-    const r = new RRef<T>(undefined as T, { host: this, rrefId, owner: to, fork, confirmed: false });
+    const r = new RRef<T>(undefined as T, { host: this, rrefId, owner, fork, confirmed: false });
     this.rrefs.userCreated(r as RRef<unknown>);
-    this.request(to, MessageType.REMOTE_CALL, target, args, { rrefId, fork }, opts.timeoutMs).then(
+    this.request(owner, MessageType.REMOTE_CALL, target, args, { rrefId, fork }, opts.timeoutMs).then(
       () => r.confirm(),
-      (e: Error) => debug(1, "rpc", `remote() to ${to} failed: ${e.message}`),
+      (e: Error) => {
+        debug(1, "rpc", `remote() to ${owner} failed: ${e.message}`);
+        r.fail(
+          e instanceof RpcTimeoutError
+            ? new RpcTimeoutError(
+                `the remote() call creating ${r.toString()} on "${owner}" ran out of time after ${e.timeoutMs} ms; ` +
+                  "the RRef cannot be used (pass a larger timeoutMs to remote())",
+                e.timeoutMs,
+              )
+            : e,
+        );
+      },
     );
     return r;
   }
@@ -437,10 +488,11 @@ export class Agent implements RRefHost {
   ): Promise<unknown> {
     if (this.closed)
       return Promise.reject(new RpcNotInitializedError("RPC has been shut down. Call rpc.initRpc again."));
-    const timeoutMs = timeoutMsOpt ?? this.config.rpcTimeoutMs;
+    let timeoutMs: number;
     let record: TargetRecord | null = null;
     let out: { values: unknown; ext: Record<string, unknown> | undefined };
     try {
+      timeoutMs = timeoutMsOpt === undefined ? this.rpcTimeoutMs : checkTimeoutMs(timeoutMsOpt, "timeoutMs");
       this.workerInfo(to);
       out = hookOutgoing(to, "request", args);
       if (target !== null) record = this.describe(target, currentShippingScope());
@@ -454,10 +506,10 @@ export class Agent implements RRefHost {
     const done = new Promise<unknown>((resolve, reject) => {
       const p: Pending = { resolve, reject, timer: null, peer: to, retry: null, prof };
       if (timeoutMs > 0)
-        p.timer = setTimeout(() => {
+        p.timer = new LongTimer(timeoutMs, () => {
           this.pending.delete(id);
           reject(new RpcTimeoutError(`RPC to "${to}" ran out of time after ${timeoutMs} ms (timeoutMs)`, timeoutMs));
-        }, timeoutMs);
+        });
       this.pending.set(id, p);
     });
     const send = (rec: TargetRecord | null) =>
@@ -542,7 +594,7 @@ export class Agent implements RRefHost {
     const p = this.pending.get(id);
     if (!p) return; // already timed out or settled
     this.pending.delete(id);
-    if (p.timer) clearTimeout(p.timer);
+    p.timer?.cancel();
     if (p.prof) {
       p.prof.replyAt ??= nowMs();
       if (error) p.prof.error = error.message;
@@ -585,13 +637,13 @@ export class Agent implements RRefHost {
 
   private onPeerDead(peer: Peer, e: Error | null): void {
     if (this.outgoing.get(peer.name) !== undefined) this.outgoing.delete(peer.name);
-    const why = e ? `: ${e.message}` : "";
+    // NB: the pipe already says "worker X is unavailable (...)" when its connection closed; don't wrap it twice
+    const message =
+      e instanceof WorkerUnavailableError
+        ? e.message
+        : `worker "${peer.name}" is unavailable (its connection closed${e ? `: ${e.message}` : ""})`;
     for (const [id, p] of this.pending)
-      if (p.peer === peer.name)
-        this.settle(
-          id,
-          new WorkerUnavailableError(`worker "${peer.name}" is unavailable (its connection closed${why})`, peer.name),
-        );
+      if (p.peer === peer.name) this.settle(id, new WorkerUnavailableError(message, peer.name));
     this.codeCache.forgetPeer(peer.name);
   }
 
@@ -651,7 +703,12 @@ export class Agent implements RRefHost {
     }
   }
 
-  private onInbound(m: DecodedMessage, peer: Peer, _bytes: number): void {
+  /**
+   * Serves one message from `peer`. `owned`: the values of RRefs owned here that arrived among
+   * the arguments; the target runs once they are made, so that it can use localValue() on them
+   * (PyTorch's owner blocks in local_value() until the value is set).
+   */
+  private onInbound(m: DecodedMessage, peer: Peer, owned: Promise<unknown>[] | null): void {
     const body = m.payload as RequestPayload & { rrefId?: string; fork?: string; parent?: string; prof?: unknown };
     switch (m.type) {
       case MessageType.RREF_USER_DELETE:
@@ -664,9 +721,11 @@ export class Agent implements RRefHost {
         collectGarbage();
         return;
       case MessageType.RREF_FORK_REQUEST:
-        // the owner registers the child, then lets the parent go
-        if (this.rrefs.addFork(body.rrefId!, body.fork!, body.from))
+        // the owner registers the child, then lets the parent go and confirms the child
+        if (this.rrefs.addFork(body.rrefId!, body.fork!, body.from)) {
           void this.notify(body.parent!, "childAccept", { fork: body.fork! });
+          if (body.from !== body.parent) void this.notify(body.from, "childAccept", { fork: body.fork! });
+        }
         return;
       case MessageType.REQUEST:
       case MessageType.REMOTE_CALL:
@@ -680,15 +739,15 @@ export class Agent implements RRefHost {
       const t0 = body.prof === 1 ? nowMs() : 0;
       try {
         let value: unknown = null;
+        if (owned && m.type !== MessageType.RREF_FETCH) await Promise.allSettled(owned);
         if (m.type === MessageType.REQUEST) value = await this.runTarget(body);
         else if (m.type === MessageType.RREF_FETCH) value = await this.rrefs.valueOf(body.rrefId!);
         else {
-          // REMOTE_CALL: the owner keeps the value (or its error, for toHere); the reply is the confirmation
+          // REMOTE_CALL: the owner keeps the value (or its error, for toHere); the reply, once the value
+          // is made, is the confirmation (the caller's timeout covers making it, as PyTorch's does)
           const made = this.runTarget(body);
           this.rrefs.own(body.rrefId!, made, body.fork!, body.from);
-          const tracked = made.catch(() => undefined);
-          this.running.add(tracked);
-          void tracked.finally(() => this.running.delete(tracked));
+          await made.catch(() => undefined);
         }
         const out = hookOutgoing(body.from, "response", value, body.ext);
         await peer.send(MessageType.RESPONSE, m.id, {
@@ -707,57 +766,53 @@ export class Agent implements RRefHost {
     void work.finally(() => this.running.delete(work));
   }
 
+  /** Calls this worker waits on plus calls it serves. */
+  private activeCalls(): number {
+    return this.pending.size + this.running.size;
+  }
+
+  /** Resolves once this worker has no call in flight either way, or at `deadline` (ms since the epoch). */
+  private async idle(deadline: number): Promise<void> {
+    // NB: polled: shutdown is rare and a 5 ms step costs nothing next to the store round trips
+    while (this.activeCalls() > 0 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, Math.min(5, Math.max(1, deadline - Date.now()))));
+  }
+
   /**
-   * Graceful: wait for our calls and the calls we serve, then meet every
-   * worker at a barrier so nobody closes while others still call it.
-   * Non-graceful: reject pending calls and close now. Bounded by timeoutMs.
+   * Graceful, static groups (as PyTorch's shutdown over TensorPipe): (1) every member reaches
+   * shutdown (they keep serving meanwhile); (2) the join loop (./shutdown_sync.ts) until no
+   * member has a call in flight; (3) each deletes the user RRefs it made at their owners; (4) a
+   * last meeting so nobody closes while deletions are in flight; (5) rank 0 hosts the store and
+   * closes it only after every other member said it is done. Members that died are not waited
+   * for. Dynamic groups only finish their own calls. A failed meeting (timeout, lost store) is
+   * raised after everything is closed. Non-graceful: reject pending calls and close now.
    */
   async shutdown(graceful: boolean, timeoutMs: number): Promise<void> {
     if (this.closed) return;
     const deadline = Date.now() + timeoutMs;
+    let failure: Error | null = null;
     if (graceful) {
-      // NB: timers overflow past 2^31-1 ms (they fire at once); leave room for the store's own guard timer.
-      const left = () => Math.max(1, Math.min(deadline - Date.now(), 2 ** 31 - 1 - 10_000));
-      const outstanding = [...this.pending.values()].map(
-        (p) =>
-          new Promise<void>((r) => {
-            const orig = { res: p.resolve, rej: p.reject };
-            p.resolve = (v) => {
-              orig.res(v);
-              r();
-            };
-            p.reject = (e) => {
-              orig.rej(e);
-              r();
-            };
-          }),
-      );
-      await within(Promise.all([...outstanding, ...this.running]), left());
-      // As PyTorch's shutdown: (1) every worker reaches shutdown (workers keep serving while they
-      // wait here), (2) each deletes the user RRefs it made at their owners, (3) a second barrier so
-      // nobody closes while deletions are in flight.
       const group = !this.membership.dynamic && this.membership.worldSize !== undefined;
-      const meet = (name: string) =>
-        group
-          ? barrier(this.store, name, this.membership.worldSize!, left()).then(
-              () => undefined,
-              (e: Error) => debug(1, "rpc", `${name} barrier: ${e.message}`),
-            )
-          : Promise.resolve();
-      await meet("shutdown");
-      await this.rrefs.releaseAll();
-      await within(Promise.all([...this.running]), left());
-      await meet("shutdown-rrefs");
-      if (group) {
-        // (4) rank 0 hosts the store: it closes only after every other worker said it is done,
-        // so none of them mistakes the store going away for a dead master.
-        this.closed = true;
-        if (this.config.rank !== 0) await this.store.add("shutdown-done", 1).catch(() => 0);
-        else {
-          const others = this.membership.worldSize! - 1;
-          while (Date.now() < deadline && (await this.store.add("shutdown-done", 0).catch(() => others)) < others)
-            await new Promise((r) => setTimeout(r, 10));
+      try {
+        if (group) {
+          const sync = new ShutdownSync(this.store, this.membership, this.name, deadline);
+          await sync.meet("enter");
+          await sync.join(
+            (d) => this.idle(d),
+            () => this.activeCalls(),
+          );
+          await this.rrefs.releaseAll();
+          await this.idle(deadline);
+          await sync.meet("rrefs");
+          this.closed = true;
+          if (this.config.rank !== 0) await this.store.set(`shutdown/done/${this.name}`, "1");
+          else await sync.meet("done");
+        } else {
+          await this.idle(deadline);
+          await this.rrefs.releaseAll();
         }
+      } catch (e) {
+        failure = e as Error;
       }
     }
     if (!this.rrefs.closed) void this.rrefs.releaseAll();
@@ -775,5 +830,6 @@ export class Agent implements RRefHost {
     this.store.close();
     await this.listener.close();
     await this.storeServer?.close();
+    if (failure) throw failure;
   }
 }

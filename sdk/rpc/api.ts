@@ -12,11 +12,12 @@
  */
 import { RpcError, RpcNotInitializedError } from "../errors/index.js";
 import type { PipeInfo } from "../pipe/index.js";
-import { Agent, type CallOptions } from "./agent.js";
+import { Agent, type CallOptions, type WorkerRef } from "./agent.js";
+import { checkTimeoutMs } from "./timeouts.js";
 import { RRef } from "./rref.js";
 import { parseInitOptions, type RendezvousInitOptions, type WorkerInfo } from "./rendezvous/index.js";
 
-export type { CallOptions, WorkerInfo, PipeInfo };
+export type { CallOptions, WorkerInfo, WorkerRef, PipeInfo };
 export { profiler, RpcProfiler, type CallRecord, type CallKind } from "./profiler.js";
 export { setShippingScope } from "./shipping/scope.js";
 export { addMessageHook, type MessageHook, type HookedMessageKind } from "./agent.js";
@@ -88,9 +89,12 @@ export async function initRpc(name: string, options: InitRpcOptions = {}): Promi
   }
 }
 
-/** Calls `target(...args)` on worker `to` and resolves to its value (RemoteError / RpcTimeoutError otherwise). */
+/**
+ * Calls `target(...args)` on worker `to` (a name, a rank or a WorkerInfo) and resolves to its
+ * value (RemoteError / RpcTimeoutError otherwise).
+ */
 export function rpcSync<T = unknown>(
-  to: string,
+  to: WorkerRef,
   target: unknown,
   args: readonly unknown[] = [],
   opts: CallOptions = {},
@@ -104,7 +108,7 @@ export function rpcSync<T = unknown>(
 
 /** As rpcSync; the returned Promise is the Future. */
 export function rpcAsync<T = unknown>(
-  to: string,
+  to: WorkerRef,
   target: unknown,
   args: readonly unknown[] = [],
   opts: CallOptions = {},
@@ -117,7 +121,7 @@ export function rpcAsync<T = unknown>(
  * and returns an RRef to the result at once, without waiting for the call.
  */
 export function remote<T = unknown>(
-  to: string,
+  to: WorkerRef,
   target: unknown,
   args: readonly unknown[] = [],
   opts: CallOptions = {},
@@ -152,9 +156,19 @@ export function register(name: string, value: unknown): void {
 // NB: registrations made before initRpc apply to every agent this process starts.
 const pendingRegistrations = new Map<string, unknown>();
 
-/** This worker's info, or another worker's by name. */
-export function getWorkerInfo(name?: string): WorkerInfo {
+/** This worker's info, or another worker's by name (or rank). */
+export function getWorkerInfo(name?: string | number): WorkerInfo {
   return current().workerInfo(name);
+}
+
+/** The default timeout of calls, ms (0 = none): initRpc's rpcTimeoutMs unless setRpcTimeout changed it. */
+export function getRpcTimeout(): number {
+  return current().rpcTimeoutMs;
+}
+
+/** Sets the default timeout of calls made from now on, ms (0 = none); a call's own timeoutMs still wins. */
+export function setRpcTimeout(timeoutMs: number): void {
+  current().rpcTimeoutMs = checkTimeoutMs(timeoutMs, "setRpcTimeout(timeoutMs)");
 }
 
 /** Every current member of the group, ordered by rank. */

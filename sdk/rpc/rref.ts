@@ -24,7 +24,15 @@
  *    off-heap (external) memory has grown by TPRPC_RREF_COLLECT_BYTES (256 MiB) since
  *    its low point while it owns values, it sends RREF_COLLECT to the workers
  *    holding forks (at most once a second) and each runs a full collection
- *    (gc.ts), so the RRefs they dropped are deleted.
+ *    (gc.ts), so the RRefs they dropped are deleted. While it owns values the
+ *    owner also samples its memory once a second (not only when a value
+ *    arrives), and after asking it collects itself too, so the values freed by
+ *    the deletions are returned.
+ * 6. Idle holders: a worker that made or received many user RRefs (a burst of
+ *    remote() calls) and then goes quiet may never collect on its own, and its
+ *    dropped RRefs would pin their values. After IDLE_COLLECT_FORKS of them,
+ *    it runs a full collection once no new one came for IDLE_COLLECT_QUIET_MS
+ *    (and at the latest IDLE_COLLECT_MAX_MS after the first).
  */
 import v8 from "node:v8";
 import { ProtocolError, RpcError } from "../errors/index.js";
@@ -69,8 +77,12 @@ interface OwnerEntry {
 
 /** Growth of this process's off-heap (external) memory, as V8 counts it, (bytes) that makes an owner ask for a collection (0: never). */
 const COLLECT_BYTES = Number(process.env.TPRPC_RREF_COLLECT_BYTES ?? 256 << 20);
-/** An owner asks at most this often. */
+/** An owner asks at most this often, and samples its memory this often while it owns values. */
 const COLLECT_INTERVAL_MS = 1000;
+/** Step 6: user RRefs made here since the last collection that arm the idle collection. */
+const IDLE_COLLECT_FORKS = 16;
+const IDLE_COLLECT_QUIET_MS = 1000;
+const IDLE_COLLECT_MAX_MS = 10_000;
 
 const finalizer = new FinalizationRegistry<{ ctx: RRefContext; rrefId: string; owner: string; fork: string }>((h) =>
   h.ctx.forkGone(h.rrefId, h.owner, h.fork),
@@ -85,6 +97,8 @@ export class RRef<T = unknown> {
   /** @internal */ readonly fork: string;
   private readonly ownerName_: string;
   private confirmed: boolean;
+  /** Why this RRef cannot be used: its remote() creation failed or ran out of time. */
+  private failure: Error | null = null;
 
   /**
    * A local owner RRef holding `value`, as torch's rpc.RRef(value). Internal
@@ -107,7 +121,7 @@ export class RRef<T = unknown> {
       this.ownerName_ = host.name;
       this.fork = host.rrefs.newId();
       this.confirmed = true;
-      host.rrefs.own(this.rrefId, Promise.resolve(value), this.fork, host.name);
+      host.rrefs.ownValue(this.rrefId, value, this.fork, host.name);
     }
     finalizer.register(this, { ctx: this.host.rrefs, rrefId: this.rrefId, owner: this.ownerName_, fork: this.fork });
   }
@@ -134,8 +148,14 @@ export class RRef<T = unknown> {
     this.confirmed = true;
   }
 
+  /** @internal the remote() call creating this RRef failed (or timed out): every later use raises `e`. */
+  fail(e: Error): void {
+    this.failure ??= e;
+  }
+
   /** The value, on its owner only (once the call that makes it has finished). */
   localValue(): T {
+    if (this.failure) throw this.failure;
     if (!this.isOwner())
       throw new RpcError(
         `localValue() can only be called on the owner ("${this.ownerName_}"); this is "${this.host.name}". Use await rref.toHere()`,
@@ -145,8 +165,22 @@ export class RRef<T = unknown> {
 
   /** Copies the value here (from the owner, or locally on the owner). */
   async toHere(timeoutMs?: number): Promise<T> {
+    if (this.failure) throw this.failure;
     if (this.isOwner()) return (await this.host.rrefs.valueOf(this.rrefId)) as T;
     return (await this.host.fetch(this.ownerName_, this.rrefId, timeoutMs)) as T;
+  }
+
+  /**
+   * A backward pass from this RRef's value (a scalar tensor), as torch's RRef.backward: with a
+   * distributed autograd context id, the owner runs distAutograd.backward(ctxId, [value]) (read the
+   * gradients with distAutograd.getGradients on each worker); without one, a local backward on the
+   * owner, which only the owner may call. Needs distAutograd (imported by "tprpc").
+   */
+  async backward(distAutogradCtxId?: number, retainGraph = false): Promise<void> {
+    if (this.failure) throw this.failure;
+    if (!rrefBackward)
+      throw new RpcError("RRef.backward needs distributed autograd: import tprpc (or tprpc's dist_autograd) first");
+    await rrefBackward(this as RRef<unknown>, distAutogradCtxId ?? null, retainGraph);
   }
 
   /** `await r.rpcSync().forward(x)` runs forward on the owner's object and resolves to its result. */
@@ -176,7 +210,13 @@ export class RRef<T = unknown> {
       {
         get: (_t, method) =>
           typeof method === "string"
-            ? (...args: unknown[]) => this.host.callMethod(this as RRef<unknown>, kind, method, args, timeoutMs)
+            ? (...args: unknown[]) => {
+                if (this.failure) {
+                  if (kind !== "remote") return Promise.reject(this.failure);
+                  throw this.failure;
+                }
+                return this.host.callMethod(this as RRef<unknown>, kind, method, args, timeoutMs);
+              }
             : undefined,
       },
     );
@@ -185,6 +225,13 @@ export class RRef<T = unknown> {
   toString(): string {
     return `RRef(owner=${this.ownerName_}, id=${this.rrefId})`;
   }
+}
+
+type RRefBackward = (rref: RRef<unknown>, ctxId: number | null, retainGraph: boolean) => Promise<void>;
+let rrefBackward: RRefBackward | null = null;
+/** @internal dist_autograd installs RRef.backward's implementation (rpc cannot import it). */
+export function setRRefBackward(fn: RRefBackward): void {
+  rrefBackward = fn;
 }
 
 let hostForNew: RRefHost | null = null;
@@ -203,8 +250,10 @@ export class RRefContext {
   /** child fork → the parent RRef object, held alive until the owner accepts the child (G2). */
   private readonly pendingChildren = new Map<string, RRef<unknown>>();
   /** forks of user RRefs made here, for deletion at shutdown. */
-  private readonly liveUsers = new Map<string, { rrefId: string; owner: string }>();
+  private readonly liveUsers = new Map<string, { rrefId: string; owner: string; ref: WeakRef<RRef<unknown>> }>();
   private counter = 0;
+  /** Values of owner RRefs decoded since the last takeOwnedArrivals() (see materialize). */
+  private ownedArrivals: Promise<unknown>[] | null = null;
   closed = false;
 
   constructor(private readonly host: () => RRefHost) {}
@@ -252,6 +301,21 @@ export class RRefContext {
     e.provide = null;
     e.forks.set(fork, holder);
     this.checkPressure();
+    this.watchPressure();
+  }
+
+  /** Stores a value that is already made (rpc.RRef(value)): localValue() works at once. */
+  ownValue(rrefId: string, value: unknown, fork: string, holder: string): void {
+    if (this.owned.has(rrefId)) throw new RpcError(`RRef ${rrefId} is already owned here`);
+    const entry: OwnerEntry = {
+      value: Promise.resolve(value),
+      settled: { ok: true, value },
+      forks: new Map([[fork, holder]]),
+      provide: null,
+    };
+    this.owned.set(rrefId, entry);
+    this.checkPressure();
+    this.watchPressure();
   }
 
   addFork(rrefId: string, fork: string, holder: string): boolean {
@@ -274,6 +338,51 @@ export class RRefContext {
   /** How many times this owner asked its RRefs' holders to collect garbage. */
   get collectRequests(): number {
     return this.collectRounds;
+  }
+
+  private pressureTimer: NodeJS.Timeout | null = null;
+
+  /** Step 5: while values are owned here, samples memory every second even when no new value arrives. */
+  private watchPressure(): void {
+    if (this.pressureTimer || !(COLLECT_BYTES > 0)) return;
+    this.pressureTimer = setInterval(() => {
+      if (this.owned.size === 0 || this.closed) {
+        clearInterval(this.pressureTimer!);
+        this.pressureTimer = null;
+        return;
+      }
+      this.checkPressure();
+    }, COLLECT_INTERVAL_MS);
+    // NB: never keeps a process alive
+    this.pressureTimer.unref();
+  }
+
+  private usersSinceCollect = 0;
+  private idleTimer: NodeJS.Timeout | null = null;
+  private firstUserAt = 0;
+  private idleCollections = 0;
+
+  /** How many step-6 collections this context started. */
+  get idleCollectRequests(): number {
+    return this.idleCollections;
+  }
+
+  /** Step 6: a user RRef was made here; arms (or pushes back) the idle collection. */
+  private userMade(): void {
+    if (++this.usersSinceCollect < IDLE_COLLECT_FORKS || !(COLLECT_BYTES > 0)) return;
+    const now = performance.now();
+    if (this.usersSinceCollect === IDLE_COLLECT_FORKS) this.firstUserAt = now;
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    const wait = Math.max(0, Math.min(IDLE_COLLECT_QUIET_MS, this.firstUserAt + IDLE_COLLECT_MAX_MS - now));
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = null;
+      this.usersSinceCollect = 0;
+      if (this.closed) return;
+      this.idleCollections++;
+      debug(2, "rref", "quiet after a burst of user RRefs: collecting so dropped ones are deleted");
+      collectGarbage();
+    }, wait);
+    this.idleTimer.unref();
   }
 
   /** Step 5 of the protocol: asks the holders of our values' forks to collect when our memory has grown. */
@@ -313,6 +422,9 @@ export class RRefContext {
       if (h === me) collectGarbage();
       else void this.host().notify(h, "collect", {});
     }
+    // NB: the deletions those collections cause make our values garbage, but only our own
+    // collection returns their memory, and an idle owner may not run one: collect after them
+    setTimeout(() => collectGarbage(), 2 * COLLECT_INTERVAL_MS).unref();
   }
 
   valueOf(rrefId: string): Promise<unknown> {
@@ -357,6 +469,7 @@ export class RRefContext {
         confirmed: true,
       });
       this.addFork(d.rrefId, d.fork, host.name);
+      (this.ownedArrivals ??= []).push(this.entry(d.rrefId).value);
       if (!d.ownerFork) void host.notify(d.parent, "childAccept", { fork: d.fork });
       return local;
     }
@@ -367,9 +480,17 @@ export class RRefContext {
       fork: d.fork,
       confirmed: d.ownerFork,
     });
-    this.liveUsers.set(d.fork, { rrefId: d.rrefId, owner: d.owner });
+    this.liveUsers.set(d.fork, { rrefId: d.rrefId, owner: d.owner, ref: new WeakRef(r) });
+    this.userMade();
     if (!d.ownerFork) void host.notify(d.owner, "forkRequest", { rrefId: d.rrefId, fork: d.fork, parent: d.parent });
     return r;
+  }
+
+  /** The values of RRefs owned here that the last decoded message carried (null when none), and forgets them. */
+  takeOwnedArrivals(): Promise<unknown>[] | null {
+    const a = this.ownedArrivals;
+    this.ownedArrivals = null;
+    return a;
   }
 
   /** The descriptor for sending `r`: mints a child fork (see the protocol above). */
@@ -385,14 +506,19 @@ export class RRefContext {
     return { rrefId: r.rrefId, owner: r.ownerName(), fork, parent: host.name, ownerFork: false };
   }
 
-  /** The owner accepted a child we sent: the parent may now be released. */
+  /**
+   * The owner accepted the fork `fork`: sent to the worker that forked it (the parent may now be
+   * released) and to the worker that received it (its RRef is now confirmed by the owner).
+   */
   childAccepted(fork: string): void {
     this.pendingChildren.delete(fork);
+    this.liveUsers.get(fork)?.ref.deref()?.confirm();
   }
 
   /** A user RRef made by remote() here. */
   userCreated(r: RRef<unknown>): void {
-    this.liveUsers.set(r.fork, { rrefId: r.rrefId, owner: r.ownerName() });
+    this.liveUsers.set(r.fork, { rrefId: r.rrefId, owner: r.ownerName(), ref: new WeakRef(r) });
+    this.userMade();
   }
 
   /** At shutdown: every live user fork made here is deleted at its owner; resolves once the deletions are sent. */
@@ -403,6 +529,9 @@ export class RRefContext {
     this.liveUsers.clear();
     this.pendingChildren.clear();
     this.closed = true;
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    if (this.pressureTimer) clearInterval(this.pressureTimer);
+    this.idleTimer = this.pressureTimer = null;
     await Promise.all(sent);
   }
 }

@@ -222,7 +222,19 @@ describe("code shipping", () => {
       /"t", which is a Float32Array/,
     );
     expect(() => describeIt(cell(scope, "return (x) => exports.missing") as CallTarget)).toThrow(/"missing"/);
-    expect(() => describeIt(Math.max as CallTarget)).toThrow(/native or bound/);
+    // NB: a bound function, like a native one that is not a standard built-in, has no source and no path
+    expect(() => describeIt(((a: number) => a).bind(null) as CallTarget)).toThrow(/native or bound/);
+  });
+
+  it("sends JavaScript's standard built-ins by their global path, and refuses other paths off the wire", async () => {
+    const { describeIt, ship, receive } = pair();
+    expect(describeIt(Math.min as CallTarget)).toEqual({ kind: "global", name: "Math.min" });
+    expect(describeIt(JSON.stringify as CallTarget)).toEqual({ kind: "global", name: "JSON.stringify" });
+    expect(describeIt(parseInt as CallTarget)).toEqual({ kind: "global", name: "parseInt" });
+    expect((await ship<(...a: number[]) => number>(Math.min as CallTarget))(3, 1, 2)).toBe(1);
+    expect((await ship<(s: string) => number>(parseInt as CallTarget))("42")).toBe(42);
+    await expect(receive({ kind: "global", name: "process.exit" })).rejects.toThrow(UnknownTargetError);
+    await expect(receive({ kind: "global", name: "Math" })).rejects.toThrow(/not a standard JavaScript built-in/);
   });
 
   it("calls registered functions by name, and says what to do for an unknown name", async () => {

@@ -68,6 +68,8 @@ export interface InitConfig {
 export const DEFAULT_RPC_TIMEOUT_MS = 60_000;
 export const DEFAULT_INIT_TIMEOUT_MS = 60_000;
 const NAME = /^[A-Za-z0-9_.-]+$/;
+/** As PyTorch's WorkerInfo: longer names are refused (RRef and fork ids embed the name, and must decode). */
+export const MAX_NAME_LENGTH = 128;
 const MAX_TIMEOUT_MS = 2 ** 31 - 1; // NB: setTimeout's limit; larger values fire at once.
 
 /** Parses "tcp://host:port"; the host may be IPv4, a hostname or a bracketed IPv6 address. */
@@ -94,11 +96,11 @@ function parseInt(v: number | string, what: string, hint: string): number {
   return n;
 }
 
-function parseTimeout(v: number | undefined, dflt: number, what: string, allowZero: boolean): number {
+function parseTimeout(v: number | undefined, dflt: number, what: string, allowZero: boolean, max: number): number {
   if (v === undefined) return dflt;
-  if (typeof v !== "number" || !Number.isFinite(v) || v < 0 || (!allowZero && v === 0) || v > MAX_TIMEOUT_MS)
+  if (typeof v !== "number" || !Number.isFinite(v) || v < 0 || (!allowZero && v === 0) || v > max)
     throw new ValueError(
-      `${what} must be a number of milliseconds in ${allowZero ? "0" : "1"}..${MAX_TIMEOUT_MS}${allowZero ? " (0 = none)" : ""}, got ${String(v)}`,
+      `${what} must be a number of milliseconds in ${allowZero ? "0" : "1"}..${max}${allowZero ? " (0 = none)" : ""}, got ${String(v)}`,
     );
   return v;
 }
@@ -120,6 +122,10 @@ export function parseInitOptions(
   if (typeof name !== "string" || !NAME.test(name))
     throw new ValueError(
       `worker name ${JSON.stringify(name)} is invalid: give a non-empty name of letters, digits, "_", "." and "-" (e.g. "worker1")`,
+    );
+  if (name.length > MAX_NAME_LENGTH)
+    throw new ValueError(
+      `worker name "${name.slice(0, 20)}…" is ${name.length} characters long; worker names are at most ${MAX_NAME_LENGTH} characters`,
     );
 
   const rankSrc = options.rank ?? env.RANK;
@@ -184,8 +190,14 @@ export function parseInitOptions(
     initMethod: formatTcpUrl(host, port),
     secret,
     secretGenerated,
-    rpcTimeoutMs: parseTimeout(options.rpcTimeoutMs, DEFAULT_RPC_TIMEOUT_MS, "rpcTimeoutMs", true),
-    initTimeoutMs: parseTimeout(options.initTimeoutMs, DEFAULT_INIT_TIMEOUT_MS, "initTimeoutMs", false),
+    rpcTimeoutMs: parseTimeout(
+      options.rpcTimeoutMs,
+      DEFAULT_RPC_TIMEOUT_MS,
+      "rpcTimeoutMs",
+      true,
+      Number.MAX_SAFE_INTEGER,
+    ),
+    initTimeoutMs: parseTimeout(options.initTimeoutMs, DEFAULT_INIT_TIMEOUT_MS, "initTimeoutMs", false, MAX_TIMEOUT_MS),
     deviceMaps,
     devices,
   };

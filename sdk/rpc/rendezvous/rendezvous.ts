@@ -19,7 +19,9 @@
  *    name and rank can neither pass as us nor remove our keys;
  * 5. static: whoever then finds every rank/<r> present sets complete (the last to register
  *    always does: the store serves requests in order); all wait for it, bounded. On a timeout
- *    the worker releases its claims, so it can retry;
+ *    the worker releases its claims, so it can retry. A worker refused in step 3 or 4 before
+ *    the group is complete sets complete to its error instead (if nobody set it yet): that group
+ *    can never assemble, so every waiting worker fails at once with the same message;
  * 6. list(worker/) is the membership; later watch events (they arrive after the
  *    list reply on the same connection) become onJoin / onLeave.
  */
@@ -178,6 +180,8 @@ export async function rendezvous(store: StoreClient, opts: RendezvousOptions): P
     }
   } catch (e) {
     await m.unwatch?.().catch(() => {});
+    if (worldSize !== undefined && e instanceof ValueError)
+      await store.compareSet(`${p}complete`, null, JSON.stringify({ error: e.message })).catch(() => null);
     throw e;
   }
 
@@ -187,8 +191,9 @@ export async function rendezvous(store: StoreClient, opts: RendezvousOptions): P
     // membership snapshot below, taken after complete, lists every worker.
     if ((await store.check(ranks)) && (await store.list(`${p}worker/`)).size >= worldSize)
       await store.set(`${p}complete`, "1");
+    let complete: Buffer;
     try {
-      await store.get(`${p}complete`, timeoutMs);
+      complete = await store.get(`${p}complete`, timeoutMs);
     } catch (e) {
       if (!(e instanceof RpcTimeoutError)) {
         await m.leave().catch(() => {});
@@ -202,6 +207,11 @@ export async function rendezvous(store: StoreClient, opts: RendezvousOptions): P
           `rank(s) ${missing.join(", ")} missing; start them (same initMethod and secret) or check worldSize`,
         timeoutMs,
       );
+    }
+    const failed = decodeFailure(complete);
+    if (failed !== null) {
+      await m.leave().catch(() => {});
+      throw new ValueError(`the group cannot assemble: ${failed}`);
     }
   }
   m.reset(await store.list(`${p}worker/`));
@@ -221,6 +231,17 @@ function decode(v: Buffer | undefined): Claim | null {
   try {
     const o = JSON.parse(v.toString("utf8")) as unknown;
     return o && typeof o === "object" && typeof (o as Claim).name === "string" ? (o as Claim) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The error a refused worker left in `complete`, or null for a group that assembled. */
+function decodeFailure(v: Buffer): string | null {
+  if (v.length === 0 || v[0] !== 0x7b) return null;
+  try {
+    const o = JSON.parse(v.toString("utf8")) as { error?: unknown };
+    return typeof o.error === "string" ? o.error : null;
   } catch {
     return null;
   }

@@ -5,13 +5,16 @@
  * 2. A registered one goes by its registered name: `{ kind: "registered", name }`.
  * 3. A string is a module reference `"path/to/module.js#export"` when it has a `#` or ends in .js/.mjs/.cjs,
  *    otherwise a registered name (or a builtin path when nothing is registered under it here).
- * 4. Any other function or class is shipped by source: `Function.prototype.toString()` plus every
+ * 4. A standard JavaScript built-in (Math.min, JSON.stringify, parseInt) goes by its global path:
+ *    `{ kind: "global", name: "Math.min" }` (./globals.ts).
+ * 5. Any other function or class is shipped by source: `Function.prototype.toString()` plus every
  *    dependency it reaches through tslab's `exports.NAME` or through a bare name found on `scope`:
  *    functions and classes as source (recursively, each once), SDK and registered values by name,
  *    plain data by value. A name found nowhere (a closure variable, a module-local import)
  *    throws `UnresolvedNameError` here, before anything is sent.
  */
 import { BuiltinIndex } from "./builtins.js";
+import { globalPathOf } from "./globals.js";
 import { UnresolvedNameError, UnshippableValueError } from "./errors.js";
 import {
   describeValue,
@@ -59,6 +62,8 @@ export function describeTarget(target: CallTarget, ctx: DescribeContext): Target
   if (builtin !== undefined && builtin !== "") return { kind: "builtin", name: builtin };
   const registered = ctx.registry.nameOf(target);
   if (registered !== undefined) return { kind: "registered", name: registered };
+  const global = globalPathOf(target);
+  if (global !== undefined) return { kind: "global", name: global };
   return describeSource(target, ctx);
 }
 

@@ -3,6 +3,7 @@
  *
  * - builtin: the value at that path on this worker's SDK;
  * - registered: `registry.lookup(name)`;
+ * - global: a standard JavaScript built-in by its path ("Math.min"; ./globals.ts);
  * - module: `importModule(path)`, then the named export (`default` without `#`);
  * - source: the cached compiled value for (peer, hash), else compiled now (see `compileShipped`).
  *
@@ -15,6 +16,7 @@ import { debug } from "../../util/index.js";
 import { BuiltinIndex } from "./builtins.js";
 import type { ShippedCodeCache } from "./cache.js";
 import { compileShipped } from "./compile.js";
+import { globalAt } from "./globals.js";
 import { ShippedCodeMissingError, UnknownTargetError } from "./errors.js";
 import { hasCode, hashSource, parseTargetRecord } from "./record.js";
 import type { Registry } from "./registry.js";
@@ -47,6 +49,15 @@ export async function materializeTarget(record: unknown, ctx: MaterializeContext
             `rpc.register(${JSON.stringify(r.name)}, fnOrClass) on every worker before calling it by name.`,
         );
       return ctx.registry.lookup(r.name);
+    case "global": {
+      const fn = globalAt(r.name);
+      if (!fn)
+        throw new UnknownTargetError(
+          `${JSON.stringify(r.name)} is not a standard JavaScript built-in on ${where}: only the functions of ` +
+            "Math, JSON, Number, String, Object, Array, Reflect, Date, BigInt and the global functions go by path",
+        );
+      return fn;
+    }
     case "module":
       return importExport(r.ref, ctx.importModule ?? defaultImport, where);
     case "source": {

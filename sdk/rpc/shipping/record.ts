@@ -32,6 +32,8 @@ export interface SourceRefRecord {
 export type TargetRecord =
   | { kind: "builtin"; name: string }
   | { kind: "registered"; name: string }
+  /** A standard JavaScript built-in by its global path, e.g. "Math.min" (./globals.ts). */
+  | { kind: "global"; name: string }
   | { kind: "module"; ref: string }
   | SourceRecord
   | SourceRefRecord;
@@ -162,6 +164,7 @@ export function parseTargetRecord(raw: unknown): TargetRecord {
   switch (r.kind) {
     case "builtin":
     case "registered":
+    case "global":
       return { kind: r.kind, name: checkName(r.name, "name") };
     case "module":
       return { kind: "module", ref: checkName(r.ref, "ref") };
