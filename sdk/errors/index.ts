@@ -90,6 +90,21 @@ export class AuthenticationError extends RpcError {}
 /** A malformed, oversized or unexpected frame; the connection it came on is closed. */
 export class ProtocolError extends RpcError {}
 
+/**
+ * A value that cannot be sent to another worker (a function, a Promise, a live handle, a
+ * circular object, a tensor over the wire's size limit, ...), refused on the sending side
+ * before anything is sent, as PyTorch refuses at pickling time. `path` names the value
+ * inside the message, e.g. "args[1].opts.cb", or "value.x" for a return value.
+ */
+export class SerializationError extends RpcError {
+  constructor(
+    message: string,
+    readonly path: string,
+  ) {
+    super(message);
+  }
+}
+
 /** A channel or transport that cannot run on this machine or between these peers. */
 export class ChannelNotViableError extends RpcError {}
 

@@ -2,10 +2,14 @@
  * encodeMessage / decodeMessage: one RPC message <-> header, payload and out-of-band buffers.
  *
  * Sending (the pipe writes `[header, payload, ...buffers]` in that order on a stream):
- * 1. The payload value is packed with msgpackr; Tensors and Errors inside it (and the
+ * 1. The payload is walked once (./values.ts): what cannot cross (functions, Promises,
+ *    handles, cycles, what the receiver's limits refuse) is a SerializationError naming
+ *    its path, thrown before anything is packed or sent; Maps, Sets and binary arrays are
+ *    boxed for their wire types.
+ * 2. The value is packed with msgpackr; Tensors and Errors inside it (and the
  *    types the rpc layer registered) become extension values, and tensor bytes are
  *    appended to `buffers` — never copied into the payload.
- * 2. The header carries type, flags, id, the payload length and one descriptor per buffer.
+ * 3. The header carries type, flags, id, the payload length and one descriptor per buffer.
  * Receiving (decodeMessage, or decodeControl on a pipe's MESSAGE body):
  * 1. The header and buffer table are checked against the limits; the payload and
  *    buffers must have exactly the announced sizes.
@@ -13,7 +17,7 @@
  *    allow-list, `__proto__` keys), then unpacked; tensors are rebuilt over the buffers.
  * Any violation is a ProtocolError; the caller closes the pipe it came on.
  */
-import { ProtocolError, ValueError } from "../errors/index.js";
+import { ProtocolError, SerializationError, ValueError } from "../errors/index.js";
 import { Device } from "../tensor/device.js";
 import type { Tensor } from "../tensor/tensor.js";
 import {
@@ -40,6 +44,7 @@ import {
 import { scanPayload } from "./scan.js";
 import "./tensor.js";
 import "./error.js";
+import { Refusal, prepareValue, refusalError } from "./values.js";
 
 export interface Message {
   type: MessageType;
@@ -75,6 +80,10 @@ export interface EncodedMessage {
 export interface EncodeOptions {
   /** Payloads larger than this are refused here, before the peer refuses them (default 64 MiB). */
   maxPayloadBytes?: number;
+  /** The receivers' limits (defaults as theirs); a message beyond them is a SerializationError here. */
+  maxBufferBytes?: number;
+  maxBuffers?: number;
+  maxDepth?: number;
   /** Passed to wire types as ctx.user. */
   user?: unknown;
 }
@@ -105,12 +114,26 @@ export function encodeMessage(msg: Message, opts: EncodeOptions = {}): EncodedMe
     throw new ValueError(`encodeMessage(): id must be a non-negative safe integer, got ${msg.id}`);
   if (!Number.isInteger(flags) || flags < 0 || flags > 0xffff)
     throw new ValueError(`encodeMessage(): flags must fit in 16 bits, got ${flags}`);
+  const limits = resolveLimits(opts);
+  const walk = { maxDepth: opts.maxDepth ?? DEFAULT_MAX_DEPTH, maxBufferBytes: limits.maxBufferBytes };
+  let value: unknown;
+  try {
+    value = prepareValue(msg.payload, walk);
+  } catch (e) {
+    throw e instanceof Refusal ? refusalError(e, walk) : e;
+  }
   const buffers: Uint8Array[] = [];
   const descriptors: BufferDescriptor[] = [];
   const ctx: WireEncodeContext = {
     tensors: [],
     user: opts.user,
     addBuffer(bytes: Uint8Array, device: Device): number {
+      if (buffers.length >= limits.maxBuffers)
+        throw new SerializationError(
+          `the message holds more than ${limits.maxBuffers} tensors (the receivers' limit, maxBuffers), which ` +
+            "cannot be sent; stack them into fewer tensors",
+          "",
+        );
       buffers.push(bytes);
       descriptors.push({
         byteLength: bytes.byteLength,
@@ -121,8 +144,8 @@ export function encodeMessage(msg: Message, opts: EncodeOptions = {}): EncodedMe
       return buffers.length - 1;
     },
   };
-  const payload = withEncodeContext(ctx, () => packr.pack(msg.payload));
-  const max = opts.maxPayloadBytes ?? resolveLimits(undefined).maxPayloadBytes;
+  const payload = withEncodeContext(ctx, () => packr.pack(value));
+  const max = limits.maxPayloadBytes;
   if (payload.byteLength > max)
     throw new ValueError(
       `encodeMessage(): the structured payload is ${payload.byteLength} bytes, over the ${max}-byte limit; ` +

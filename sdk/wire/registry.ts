@@ -8,7 +8,10 @@
  *   0x00        undefined (msgpackr built-in)               msgpackr
  *   0x10        Tensor descriptor (storage out of band)     wire (./tensor.ts)
  *   0x11        Error record                                wire (./error.ts)
- *   0x12–0x1f   reserved for wire
+ *   0x12        Map (flat [key, value, ...] array)          wire (./values.ts)
+ *   0x13        Set (array of its values)                   wire (./values.ts)
+ *   0x14        typed array, DataView, ArrayBuffer          wire (./values.ts)
+ *   0x15–0x1f   reserved for wire
  *   0x20–0x3f   reserved for rpc: RRef fork descriptors, WorkerInfo, ...
  *   0x42        bigint beyond 64 bits (msgpackr built-in)   msgpackr
  *   0xff (-1)   timestamp / Date (msgpack standard)         msgpackr
@@ -30,6 +33,9 @@ import type { BufferDescriptor } from "./header.js";
 export const WIRE_EXT = {
   TENSOR: 0x10,
   ERROR: 0x11,
+  MAP: 0x12,
+  SET: 0x13,
+  BINARY: 0x14,
   WIRE_LAST: 0x1f,
   RPC_FIRST: 0x20,
   RPC_LAST: 0x3f,
@@ -73,6 +79,8 @@ export interface WireType<T extends object> {
 let activeEncode: WireEncodeContext | null = null;
 let activeDecode: WireDecodeContext | null = null;
 const registered = new Map<number, WireType<object>>();
+// NB: newest first, the order msgpackr tries them in (addExtension prepends).
+const byPrecedence: WireType<object>[] = [];
 
 /**
  * Registers a class that travels as extension `code`. The rpc layer uses codes
@@ -92,6 +100,7 @@ export function registerWireType<T extends object>(code: number, type: WireType<
 export function defineWireType<T extends object>(code: number, type: WireType<T>): void {
   if (registered.has(code)) throw new ValueError(`wire type code 0x${code.toString(16)} is already registered`);
   registered.set(code, type as unknown as WireType<object>);
+  byPrecedence.unshift(type as unknown as WireType<object>);
   // NB: the three-argument pack form lets us decline (match() false) after msgpackr chose us;
   // the `write` form would already have written the tag.
   const pack = (
@@ -119,6 +128,16 @@ export function defineWireType<T extends object>(code: number, type: WireType<T>
     return type.decode(data, ctx);
   };
   addExtension({ Class: type.Class, type: code, pack, read } as unknown as Parameters<typeof addExtension>[0]);
+}
+
+/**
+ * The wire type msgpackr will pack `obj` with: the newest registered one whose Class it is
+ * an instance of; null when none, or when that type's match() declines it (msgpackr then
+ * sends its own enumerable fields).
+ */
+export function wireTypeOf(obj: object): WireType<object> | null {
+  for (const t of byPrecedence) if (obj instanceof t.Class) return t.match && !t.match(obj) ? null : t;
+  return null;
 }
 
 export function isWireTag(code: number): boolean {
