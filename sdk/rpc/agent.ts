@@ -193,7 +193,7 @@ class Peer {
   constructor(
     readonly pipe: Pipe,
     private readonly rrefs: RRefContext,
-    onMessage: (m: DecodedMessage, peer: Peer, bytes: number, owned: Promise<unknown>[] | null) => void,
+    onMessage: (m: DecodedMessage, peer: Peer, bytes: number, waits: Promise<unknown>[] | null) => void,
     onDead: (peer: Peer, e: Error | null) => void,
   ) {
     pipe.onMessage((r) => {
@@ -289,7 +289,7 @@ export class Agent implements RRefHost {
       const peer = new Peer(
         Pipe.accept(conn, this.pipeOptions()),
         this.rrefs,
-        (m, p, bytes, owned) => this.onInbound(m, p, owned),
+        (m, p, _bytes, waits) => this.onInbound(m, p, waits),
         (p) => this.inbound.delete(p),
       );
       this.inbound.add(peer);
@@ -704,11 +704,12 @@ export class Agent implements RRefHost {
   }
 
   /**
-   * Serves one message from `peer`. `owned`: the values of RRefs owned here that arrived among
-   * the arguments; the target runs once they are made, so that it can use localValue() on them
-   * (PyTorch's owner blocks in local_value() until the value is set).
+   * Serves one message from `peer`. `waits`: for RRefs among the arguments, the values of those
+   * owned here and the owner's confirmation of the others (RRefContext.takeOwnedArrivals); the
+   * target runs once they settle, so it can use localValue() and sees confirmed RRefs (PyTorch's
+   * callee waits for both the same way).
    */
-  private onInbound(m: DecodedMessage, peer: Peer, owned: Promise<unknown>[] | null): void {
+  private onInbound(m: DecodedMessage, peer: Peer, waits: Promise<unknown>[] | null): void {
     const body = m.payload as RequestPayload & { rrefId?: string; fork?: string; parent?: string; prof?: unknown };
     switch (m.type) {
       case MessageType.RREF_USER_DELETE:
@@ -739,7 +740,7 @@ export class Agent implements RRefHost {
       const t0 = body.prof === 1 ? nowMs() : 0;
       try {
         let value: unknown = null;
-        if (owned && m.type !== MessageType.RREF_FETCH) await Promise.allSettled(owned);
+        if (waits && m.type !== MessageType.RREF_FETCH) await Promise.allSettled(waits);
         if (m.type === MessageType.REQUEST) value = await this.runTarget(body);
         else if (m.type === MessageType.RREF_FETCH) value = await this.rrefs.valueOf(body.rrefId!);
         else {

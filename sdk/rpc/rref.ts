@@ -35,7 +35,7 @@
  *    (and at the latest IDLE_COLLECT_MAX_MS after the first).
  */
 import v8 from "node:v8";
-import { ProtocolError, RpcError } from "../errors/index.js";
+import { ProtocolError, RpcError, WorkerUnavailableError } from "../errors/index.js";
 import { debug } from "../util/index.js";
 import { registerWireType } from "../wire/index.js";
 import { collectGarbage } from "./gc.js";
@@ -99,6 +99,9 @@ export class RRef<T = unknown> {
   private confirmed: boolean;
   /** Why this RRef cannot be used: its remote() creation failed or ran out of time. */
   private failure: Error | null = null;
+  /** Waiters for `failure` (a toHere racing the creation) and for confirmation (an RRef argument). */
+  private onFailure: ((e: Error) => void)[] = [];
+  private onConfirm: (() => void)[] = [];
 
   /**
    * A local owner RRef holding `value`, as torch's rpc.RRef(value). Internal
@@ -146,11 +149,36 @@ export class RRef<T = unknown> {
   /** @internal */
   confirm(): void {
     this.confirmed = true;
+    this.onFailure = [];
+    for (const f of this.onConfirm.splice(0)) f();
   }
 
   /** @internal the remote() call creating this RRef failed (or timed out): every later use raises `e`. */
   fail(e: Error): void {
-    this.failure ??= e;
+    if (this.failure) return;
+    this.failure = e;
+    for (const f of this.onFailure.splice(0)) f(e);
+    for (const f of this.onConfirm.splice(0)) f();
+  }
+
+  /** @internal why the RRef cannot be used (its creation failed), or null. */
+  get creationFailure(): Error | null {
+    return this.failure;
+  }
+
+  /** @internal resolves once the owner confirmed this RRef, or its creation failed (or its owner left). */
+  settled(): Promise<void> {
+    if (this.confirmedByOwner() || this.failure) return Promise.resolve();
+    return new Promise((r) => this.onConfirm.push(r));
+  }
+
+  /** `p`, or the creation's failure if that comes first (for a remote() still being made). */
+  private orFailure<V>(p: Promise<V>): Promise<V> {
+    if (this.confirmed) return p;
+    return new Promise<V>((resolve, reject) => {
+      this.onFailure.push(reject);
+      p.then(resolve, reject);
+    });
   }
 
   /** The value, on its owner only (once the call that makes it has finished). */
@@ -167,7 +195,7 @@ export class RRef<T = unknown> {
   async toHere(timeoutMs?: number): Promise<T> {
     if (this.failure) throw this.failure;
     if (this.isOwner()) return (await this.host.rrefs.valueOf(this.rrefId)) as T;
-    return (await this.host.fetch(this.ownerName_, this.rrefId, timeoutMs)) as T;
+    return (await this.orFailure(this.host.fetch(this.ownerName_, this.rrefId, timeoutMs))) as T;
   }
 
   /**
@@ -215,7 +243,8 @@ export class RRef<T = unknown> {
                   if (kind !== "remote") return Promise.reject(this.failure);
                   throw this.failure;
                 }
-                return this.host.callMethod(this as RRef<unknown>, kind, method, args, timeoutMs);
+                const r = this.host.callMethod(this as RRef<unknown>, kind, method, args, timeoutMs);
+                return kind === "remote" ? r : this.orFailure(r as Promise<unknown>);
               }
             : undefined,
       },
@@ -252,7 +281,7 @@ export class RRefContext {
   /** forks of user RRefs made here, for deletion at shutdown. */
   private readonly liveUsers = new Map<string, { rrefId: string; owner: string; ref: WeakRef<RRef<unknown>> }>();
   private counter = 0;
-  /** Values of owner RRefs decoded since the last takeOwnedArrivals() (see materialize). */
+  /** Values of owner RRefs, and confirmations of user forks, decoded since the last takeOwnedArrivals() (see materialize). */
   private ownedArrivals: Promise<unknown>[] | null = null;
   closed = false;
 
@@ -324,8 +353,17 @@ export class RRefContext {
     return true;
   }
 
-  /** A worker left the group: the forks it held can never be deleted by it, so they are dropped here. */
+  /**
+   * A worker left the group: the forks it held can never be deleted by it, so they are dropped
+   * here; RRefs it owned will never be confirmed, so nothing waits for that any longer.
+   */
   holderLeft(name: string): void {
+    for (const u of this.liveUsers.values())
+      if (u.owner === name) {
+        const r = u.ref.deref();
+        if (r && !r.confirmedByOwner())
+          r.fail(new WorkerUnavailableError(`the owner of ${r.toString()}, "${name}", left the group`, name));
+      }
     for (const [rrefId, e] of [...this.owned])
       for (const [fork, holder] of [...e.forks]) if (holder === name) this.dropFork(rrefId, fork);
   }
@@ -482,11 +520,16 @@ export class RRefContext {
     });
     this.liveUsers.set(d.fork, { rrefId: d.rrefId, owner: d.owner, ref: new WeakRef(r) });
     this.userMade();
+    // NB: as PyTorch's callee, a call runs once the owner confirmed the forks among its arguments
+    if (!d.ownerFork) (this.ownedArrivals ??= []).push(r.settled());
     if (!d.ownerFork) void host.notify(d.owner, "forkRequest", { rrefId: d.rrefId, fork: d.fork, parent: d.parent });
     return r;
   }
 
-  /** The values of RRefs owned here that the last decoded message carried (null when none), and forgets them. */
+  /**
+   * What a call must wait for before its target runs: the values of RRefs owned here and the
+   * owner's confirmation of user forks that the last decoded message carried (null when none).
+   */
   takeOwnedArrivals(): Promise<unknown>[] | null {
     const a = this.ownedArrivals;
     this.ownedArrivals = null;
@@ -556,6 +599,7 @@ registerWireType(0x20, {
   encode(r: RRef<unknown>, ctx) {
     const rrefs = ctx.user as RRefContext | undefined;
     if (!rrefs) throw new RpcError("RRefs can only be sent through the RPC agent");
+    if (r.creationFailure) throw r.creationFailure;
     const d = rrefs.describe(r);
     return [d.rrefId, d.owner, d.fork, d.parent, d.ownerFork];
   },
