@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Layer check: fails when an import in sdk/ or kernel-ext/ goes against the arrows in DESIGN.md.
+ * Layer check: fails when an import in sdk/ or kernel-ext/ goes against the layer table (docs/architecture.md).
  *
  * 1. Every .ts/.mts/.cts file under sdk/ and kernel-ext/ is parsed with the TypeScript compiler
  *    (so comments and strings never count) for module specifiers: `import ... from`, `import type`,
@@ -22,14 +22,15 @@ import ts from "typescript";
 
 // ---------------------------------------------------------------------------------------------
 // The layer table. Key: a layer (folder under sdk/); value: the layers it may import besides
-// itself. Transitively closed from DESIGN.md's arrows ("an arrow means may import"):
+// itself. Transitively closed from these arrows ("an arrow means may import"); docs/architecture.md
+// ("Layers") reproduces the resulting table:
 //
 //   util, errors  <-  tensor  <-  autograd  <-  nn, optim
 //   util, errors  <-  native(binding only)  <-  transport  <-  channel  <-  pipe
 //   wire (tensor descriptors, payload codec)  <-  rpc (agent, rref, rendezvous)
 //   rpc  <-  dist_autograd  <-  dist_optim, remote_module
 //
-// Decisions where DESIGN.md is silent:
+// Decisions the arrows leave open (docs/architecture.md describes the result):
 // - errors is the leaf; util may import errors (util's checks throw typed errors), not the reverse.
 // - nn and optim are siblings: neither imports the other.
 // - wire may import tensor (descriptors) but not autograd, native or the byte-moving layers.
@@ -150,7 +151,7 @@ export function checkLayers(root) {
       violations.push({
         file: rel(file),
         line: 1,
-        message: `sdk/${from} is not a known layer: add it to ALLOWED in scripts/check-layers.mjs (and DESIGN.md)`,
+        message: `sdk/${from} is not a known layer: add it to ALLOWED in scripts/check-layers.mjs (and docs/architecture.md)`,
       });
       continue;
     }
@@ -188,7 +189,7 @@ export function checkLayers(root) {
       if (to === "index") bad(`${from} -> index: nothing in sdk/ imports sdk/index.ts (it re-exports the layers)`);
       else if (!allowed.includes(to)) {
         const ok = allowed.length ? allowed.join(", ") : "nothing else";
-        bad(`${from} -> ${to} goes against DESIGN.md's arrows (${from} may import: ${ok})`);
+        bad(`${from} -> ${to} goes against the layer table in docs/architecture.md (${from} may import: ${ok})`);
       }
     }
   }
@@ -224,7 +225,9 @@ function main(argv) {
   if (json) {
     process.stdout.write(`${JSON.stringify({ files, violations }, null, 2)}\n`);
   } else if (violations.length === 0) {
-    process.stdout.write(`layer check: ${files.length} files, no import goes against DESIGN.md's arrows\n`);
+    process.stdout.write(
+      `layer check: ${files.length} files, no import goes against the layer table in docs/architecture.md\n`,
+    );
   } else {
     for (const v of violations) process.stderr.write(`${v.file}:${v.line}: ${v.message}\n`);
     process.stderr.write(
