@@ -1,6 +1,6 @@
 /**
  * The layer check (scripts/check-layers.mjs) passes on the real tree and catches imports that go
- * against DESIGN.md's arrows in small fixture trees written to a temporary folder.
+ * against the layer table in docs/architecture.md in small fixture trees written to a temporary folder.
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -80,7 +80,7 @@ describe("layer check", () => {
     });
     const r = runCheck(root);
     expect(r.status).toBe(1);
-    expect(r.stderr).toContain("sdk/tensor/x.ts:2: tensor -> rpc goes against DESIGN.md's arrows");
+    expect(r.stderr).toContain("sdk/tensor/x.ts:2: tensor -> rpc goes against the layer table in docs/architecture.md");
     expect(r.stderr).toContain("only one file may load the .node binding");
     expect(r.stderr).toContain("sdk/transport/loader.ts:1");
     expect(r.stderr).toContain("sdk/native/binding.ts:1");

@@ -219,7 +219,7 @@ export interface ChannelContext {
 }
 
 /**
- * The project's priorities (DESIGN.md "Pipes, transports, channels"), per
+ * The project's priorities (docs/architecture.md, "Pipes, transports and channels"), per
  * pair family: GPU on one host cuda_ipc / ucx(cuda) > nccl; CPU on one host
  * shm / cma > ucx (InfiniBand/RoCE) > tcp everywhere. Contexts use these in
  * their adverts so every worker ranks the same way.

@@ -144,7 +144,7 @@ export function isWireTag(code: number): boolean {
   return registered.has(code);
 }
 
-/** The one msgpackr instance (options as DESIGN.md's wire section needs them). */
+/** The one msgpackr instance (options as the wire format in docs/architecture.md needs them). */
 export const packr = new Packr({
   structuredClone: false,
   useRecords: false,

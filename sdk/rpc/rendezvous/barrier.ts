@@ -1,5 +1,6 @@
 /**
- * A reusable store barrier with generation counting (graceful shutdown uses it).
+ * A reusable store barrier with generation counting, for counted groups (graceful shutdown
+ * meets the current members instead: ../shutdown_sync.ts).
  *
  * 1. Each arrival adds 1 to `barrier/<name>/arrived`; arrival n belongs to
  *    generation g = floor((n - 1) / count).

@@ -1,7 +1,7 @@
 /**
  * Rendezvous and membership: option parsing (initMethod / launcher env),
  * the authenticated key-value store rank 0 hosts, the registration and
- * barrier protocols on top of it. See DESIGN.md, "Rendezvous and membership".
+ * barrier protocols on top of it. See docs/architecture.md, "Rendezvous and membership".
  */
 export {
   parseInitOptions,
