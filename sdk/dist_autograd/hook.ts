@@ -1,6 +1,6 @@
 /**
  * Recording the forward pass at RPC boundaries, through the agent's message
- * hook (sdk/rpc/agent.ts `addMessageHook`), metadata under `ext.distAutograd`.
+ * hook (sdk/rpc/hooks.ts `addMessageHook`), metadata under `ext.distAutograd`.
  *
  * 1. Outgoing request, inside a context: the metadata names the context (so
  *    the callee joins it and runs the target inside it, which records nested

@@ -1,165 +1,47 @@
 /**
- * The RPC agent: one per initRpc. It listens on an authenticated transport,
- * finds peers through the rendezvous store, opens one outgoing connection per
- * peer lazily, and matches replies to pending calls by message id.
+ * The RPC agent: one per initRpc (and several per process in the in-process
+ * test groups). It joins the group (./join.ts), keeps one outgoing pipe per
+ * peer (opened lazily) and the inbound ones peers opened, sends calls and
+ * matches their replies by message id (./pending_calls.ts), and serves what
+ * arrives (./serving.ts). Nothing of it is process-global: which agent is
+ * current is ./process.ts's business.
  *
- * A call, step by step:
- * 1. Caller: describe the target (builtin / registered / module / shipped
- *    source; a source record shrinks to its hash once the peer has it), encode
- *    {from, target, args} with tensors out of band, write it on the pipe to
- *    the peer, and arm the call's timeout.
- * 2. Callee: decode (a malformed frame closes that connection), materialize
- *    the target (compiled once per peer and hash), call it (classes are
- *    constructed), await the result if it is a promise, and reply RESPONSE or
- *    ERROR on the same connection.
- * 3. Caller: RESPONSE resolves, ERROR rejects with a RemoteError (worker,
- *    remote name and stack); if the callee lacks shipped code the caller
- *    resends it in full once. A connection that dies rejects every call
- *    pending on it with WorkerUnavailableError at once.
+ * A call, caller's side (the callee's is in ./serving.ts):
+ * 1. Resolve the destination (name, rank or WorkerInfo), validate timeoutMs,
+ *    run the message hooks' `outgoing` (./hooks.ts: distributed autograd,
+ *    device maps) and describe the target (./shipping: builtin / registered /
+ *    global / module / shipped source; a source record shrinks to its hash
+ *    once the peer has it).
+ * 2. Arm the call's timeout, encode {from, target, args} with tensors out of
+ *    band (./rpc_pipe.ts, ../wire) and send it on the pipe to the peer.
+ * 3. RESPONSE resolves (through the hooks' `incoming`), ERROR rejects with a
+ *    RemoteError (worker, remote name and stack); if the callee lacks shipped
+ *    code the caller resends it in full once. A pipe that closes, or a member
+ *    that leaves, rejects every call pending on it with WorkerUnavailableError.
  */
-import os from "node:os";
 import { RpcNotInitializedError, RpcTimeoutError, ValueError, WorkerUnavailableError } from "../errors/index.js";
 import { debug } from "../util/index.js";
+import type { Capabilities } from "../channel/interface.js";
 import type { TransportListener } from "../transport/interface.js";
 import { tcpTransport } from "../transport/tcp/index.js";
-import {
-  type DecodedMessage,
-  MessageType,
-  type RemoteErrorRecord,
-  decodeControl,
-  encodeMessage,
-  errorFromWire,
-} from "../wire/index.js";
-import type { Capabilities, ChannelBuffer } from "../channel/interface.js";
-import {
-  Pipe,
-  type PipeInfo,
-  type PipeOptions,
-  checkAllowedChannels,
-  localCapabilities,
-  parseChannelList,
-} from "../pipe/index.js";
-import { deviceBackendFor } from "../tensor/backend/devices.js";
-import {
-  type InitConfig,
-  Membership,
-  StoreClient,
-  StoreServer,
-  type WorkerInfo,
-  rendezvous,
-} from "./rendezvous/index.js";
-import { type CallKind, type CallRecord, nowMs, profiler } from "./profiler.js";
-import { collectGarbage } from "./gc.js";
+import { type DecodedMessage, MessageType, type RemoteErrorRecord, errorFromWire } from "../wire/index.js";
+import { Pipe, type PipeInfo, type PipeOptions } from "../pipe/index.js";
+import type { InitConfig, Membership, StoreClient, StoreServer, WorkerInfo } from "./rendezvous/index.js";
+import { hookIncoming, hookOutgoing } from "./hooks.js";
+import { type AgentPipeOptions, joinGroup } from "./join.js";
+import { PendingCalls } from "./pending_calls.js";
+import { agentStarted, agentStopped, registrations } from "./process.js";
+import { type CallKind, nowMs, profiler } from "./profiler.js";
+import { RRef, type RRefHost } from "./rref.js";
+import { RRefContext } from "./rref_context.js";
+import { RpcPipe } from "./rpc_pipe.js";
+import { CallServer } from "./serving.js";
 import { ShutdownSync } from "./shutdown_sync.js";
-import { RRef, RRefContext, type RRefHost, setCurrentHost } from "./rref.js";
-import {
-  BuiltinIndex,
-  Registry,
-  ShippedCodeCache,
-  ShippedCodeMissingError,
-  type TargetRecord,
-  describeTarget,
-  explainReferenceError,
-  materializeTarget,
-} from "./shipping/index.js";
+import { BuiltinIndex, Registry, ShippedCodeCache, type TargetRecord, describeTarget } from "./shipping/index.js";
 import { currentShippingScope } from "./shipping/scope.js";
-import { LongTimer, checkTimeoutMs } from "./timeouts.js";
+import { checkTimeoutMs } from "./timeouts.js";
 
-interface Pending {
-  resolve: (v: unknown) => void;
-  reject: (e: Error) => void;
-  timer: LongTimer | null;
-  peer: string;
-  /** The full record, for a resend when the callee lost the shipped code. */
-  retry: (() => void) | null;
-  /** The profiler's record of this call (while rpc.profiler is enabled). */
-  prof: CallRecord | null;
-}
-
-interface RequestPayload {
-  from: string;
-  target: TargetRecord;
-  args: unknown[];
-  /** Metadata of message hooks, by hook key. */
-  ext?: Record<string, unknown>;
-}
-
-/** Which message a hook sees: a call's arguments, or the value in its reply. */
-export type HookedMessageKind = "request" | "response";
-
-/**
- * A per-message extension point, so layers above rpc (distributed autograd;
- * device maps) attach metadata to calls and replies without the agent
- * knowing them. Metadata travels in the payload under `ext[key]`.
- *
- * - `outgoing` runs synchronously where the call (or the reply) is made, so
- *   it sees the caller's async context; it may replace the values (e.g.
- *   detach tensors) and returns metadata, or undefined for none. A throw
- *   fails the call before anything is sent.
- * - `incoming` runs on receipt before the values are used; it returns the
- *   values to use (e.g. tensors re-attached to a graph).
- * - `around` wraps the callee's run of a request's target.
- */
-export interface MessageHook {
-  readonly key: string;
-  outgoing?(msg: {
-    to: string;
-    kind: HookedMessageKind;
-    values: unknown;
-    /** For a reply: the metadata this hook attached to the request. */
-    requestMeta?: unknown;
-  }): { values: unknown; meta?: unknown } | undefined;
-  incoming?(msg: { from: string; kind: HookedMessageKind; values: unknown; meta: unknown }): unknown;
-  around?<T>(meta: unknown, from: string, run: () => Promise<T>): Promise<T>;
-}
-
-const messageHooks: MessageHook[] = [];
-
-/** Installs a message hook for every agent of this process (replacing one with the same key). */
-export function addMessageHook(hook: MessageHook): void {
-  const i = messageHooks.findIndex((h) => h.key === hook.key);
-  if (i >= 0) messageHooks[i] = hook;
-  else messageHooks.push(hook);
-}
-
-/** Runs the outgoing hooks over `values`; returns the values to send and the ext record (undefined when empty). */
-function hookOutgoing(
-  to: string,
-  kind: HookedMessageKind,
-  values: unknown,
-  requestExt?: Record<string, unknown>,
-): { values: unknown; ext: Record<string, unknown> | undefined } {
-  let ext: Record<string, unknown> | undefined;
-  for (const h of messageHooks) {
-    if (!h.outgoing) continue;
-    const r = h.outgoing({ to, kind, values, requestMeta: requestExt?.[h.key] });
-    if (!r) continue;
-    values = r.values;
-    if (r.meta !== undefined) (ext ??= {})[h.key] = r.meta;
-  }
-  return { values, ext };
-}
-
-function hookIncoming(
-  from: string,
-  kind: HookedMessageKind,
-  values: unknown,
-  ext: Record<string, unknown> | undefined,
-): unknown {
-  for (const h of messageHooks) if (h.incoming) values = h.incoming({ from, kind, values, meta: ext?.[h.key] });
-  return values;
-}
-
-function hookAround<T>(ext: Record<string, unknown> | undefined, from: string, run: () => Promise<T>): Promise<T> {
-  let f = run;
-  for (const h of messageHooks) {
-    if (!h.around) continue;
-    const inner = f;
-    const around = h.around.bind(h);
-    f = () => around(ext?.[h.key], from, inner);
-  }
-  return f();
-}
+export type { AgentPipeOptions };
 
 /** Options for one call. */
 export interface CallOptions {
@@ -170,64 +52,6 @@ export interface CallOptions {
 /** A destination, as PyTorch takes it: a worker's name, its rank, or its WorkerInfo. */
 export type WorkerRef = string | number | WorkerInfo;
 
-/**
- * The address peers should dial for this worker: TPRPC_ADDR when set (multi-NIC hosts), the
- * loopback address for single-host groups, else this host's first non-internal IPv4 address.
- */
-function advertisedHost(bindHost: string): string {
-  const forced = process.env.TPRPC_ADDR;
-  if (forced) return forced;
-  if (bindHost !== "0.0.0.0") return bindHost;
-  for (const addrs of Object.values(os.networkInterfaces()))
-    for (const a of addrs ?? []) if (a.family === "IPv4" && !a.internal) return a.address;
-  return os.hostname();
-}
-
-/** Treats a function whose source starts with `class` as a constructor. */
-function isClass(fn: unknown): fn is new (...a: unknown[]) => unknown {
-  return typeof fn === "function" && /^class[\s{]/.test(Function.prototype.toString.call(fn));
-}
-
-/** One pipe plus what the agent needs to talk on it. */
-class Peer {
-  constructor(
-    readonly pipe: Pipe,
-    private readonly rrefs: RRefContext,
-    onMessage: (m: DecodedMessage, peer: Peer, bytes: number, waits: Promise<unknown>[] | null) => void,
-    onDead: (peer: Peer, e: Error | null) => void,
-  ) {
-    pipe.onMessage((r) => {
-      const bytes = r.buffers.map((b) => (b.kind === "cpu" ? b.bytes : new Uint8Array(0)));
-      // NB: a decode error propagates to the pipe, which closes (a malformed frame closes that pipe)
-      const m = decodeControl(r.control, bytes, { user: rrefs });
-      onMessage(m, this, r.bytes, rrefs.takeOwnedArrivals());
-    });
-    pipe.onClose((e) => onDead(this, e));
-  }
-
-  get name(): string {
-    return this.pipe.peerName;
-  }
-
-  /** Encodes and sends one message; resolves to the bytes sent once it left. */
-  send(type: MessageType, id: number, payload: unknown): Promise<number> {
-    let m;
-    try {
-      m = encodeMessage({ type, id, payload }, { user: this.rrefs });
-    } catch (e) {
-      return Promise.reject(e);
-    }
-    let bytes = m.header.byteLength + m.payload.byteLength + 16;
-    // NB: the wire layer hands out host bytes for every tensor today (its descriptor names the device,
-    // and the receiver's decoder places it), so every buffer travels as cpu → cpu.
-    const buffers = m.buffers.map((b) => {
-      bytes += b.byteLength + 16;
-      return { buffer: { kind: "cpu", bytes: b } as ChannelBuffer };
-    });
-    return this.pipe.send({ control: [m.header, m.payload], buffers }).then(() => bytes);
-  }
-}
-
 /** The registered target behind RRef proxies: runs `method(...args)` on the owner's value. */
 async function rrefMethodCall(rref: RRef<Record<string, unknown>>, method: string, args: unknown[]): Promise<unknown> {
   const obj = await rref.toHere();
@@ -236,41 +60,27 @@ async function rrefMethodCall(rref: RRef<Record<string, unknown>>, method: strin
   return (fn as (...a: unknown[]) => unknown).apply(obj, args);
 }
 
-/** How the agent's pipes choose channels. */
-export interface AgentPipeOptions {
-  /** Allowed channel names ("shm,tcp" or an array); default env TPRPC_CHANNELS, else every viable one. */
-  channels?: string | readonly string[];
-}
-
-/** CUDA devices this worker can offer a channel for (0 without a CUDA backend). */
-function cudaDevices(): number {
-  try {
-    return deviceBackendFor("cuda")?.deviceCount() ?? 0;
-  } catch {
-    return 0;
-  }
-}
-
 export class Agent implements RRefHost {
   readonly registry = new Registry();
   readonly rrefs: RRefContext = new RRefContext(() => this);
-  private readonly codeCache = new ShippedCodeCache();
+  /** @internal shipped code per peer, both ways */
+  readonly codeCache = new ShippedCodeCache();
   private readonly describeCache = new WeakMap<
     object,
     { scope: object; deps: [string, unknown][]; record: TargetRecord }
   >();
-  private readonly pending = new Map<number, Pending>();
-  private readonly outgoing = new Map<string, Promise<Peer>>();
-  private readonly inbound = new Set<Peer>();
-  private readonly running = new Set<Promise<unknown>>();
-  private nextId = 1;
+  private readonly calls = new PendingCalls();
+  private readonly server = new CallServer(this);
+  private readonly outgoing = new Map<string, Promise<RpcPipe>>();
+  private readonly inbound = new Set<RpcPipe>();
   private closed = false;
   /** The default timeout of calls (initRpc's rpcTimeoutMs; rpc.setRpcTimeout changes it). */
   rpcTimeoutMs: number;
 
   private constructor(
     readonly config: InitConfig,
-    private readonly sdk: Readonly<Record<string, unknown>>,
+    /** @internal the SDK namespace shipped code runs against */
+    readonly sdk: Readonly<Record<string, unknown>>,
     private readonly listener: TransportListener,
     private readonly store: StoreClient,
     private readonly storeServer: StoreServer | null,
@@ -280,79 +90,38 @@ export class Agent implements RRefHost {
   ) {
     this.rpcTimeoutMs = config.rpcTimeoutMs;
     this.registry.register("__tprpcRRefCall", rrefMethodCall);
-    setCurrentHost(this);
+    for (const [n, v] of registrations()) this.registry.register(n, v, { replace: true });
+    agentStarted(this);
     // NB: a worker that leaves (or dies: its store claims are ephemeral) fails our calls to it now,
     // not at their timeouts.
     membership.onLeave((w) => this.workerLeft(w.name));
     listener.onConnection((conn) => {
       if (this.closed) return conn.close();
-      const peer = new Peer(
+      const p = new RpcPipe(
         Pipe.accept(conn, this.pipeOptions()),
         this.rrefs,
-        (m, p, _bytes, waits) => this.onInbound(m, p, waits),
-        (p) => this.inbound.delete(p),
+        (m, from, _bytes, waits) => this.server.serve(m, from, waits),
+        (from) => this.inbound.delete(from),
       );
-      this.inbound.add(peer);
+      this.inbound.add(p);
     });
     listener.onRefused((remote, e) => debug(1, "rpc", `refused a connection from ${remote}: ${e.message}`));
   }
 
-  /** initRpc's work: listen, host the store on rank 0, rendezvous. */
+  /**
+   * initRpc's work: join the group (./join.ts) and make the agent. `onCreated` runs before any
+   * call it serves can run (they may already be queued), so shipped code sees the API ready.
+   */
   static async start(
     config: InitConfig,
     sdk: Readonly<Record<string, unknown>>,
     onCreated?: (agent: Agent) => void,
     pipes: AgentPipeOptions = {},
   ): Promise<Agent> {
-    // the channels this worker offers: options.channels, else TPRPC_CHANNELS, else every viable one
-    const allowed = parseChannelList(pipes.channels ?? process.env.TPRPC_CHANNELS);
-    checkAllowedChannels(allowed);
-    const caps = localCapabilities(config.name, allowed, { cpu: 1, cuda: cudaDevices() });
-    const bindHost = /^(127\.|localhost$|::1$|\[::1\]$)/.test(config.host)
-      ? config.host.replace(/^\[|\]$/g, "")
-      : "0.0.0.0";
-    const listener = await tcpTransport.listen({ host: bindHost, port: 0, secret: config.secret });
-    let server: StoreServer | null = null;
-    let store: StoreClient | null = null;
-    try {
-      if (config.rank === 0)
-        server = await StoreServer.listen({ host: bindHost, port: config.port, secret: config.secret });
-      store = await StoreClient.connect({
-        host: config.host,
-        port: config.port,
-        secret: config.secret,
-        timeoutMs: config.initTimeoutMs,
-      });
-      const advertised = advertisedHost(bindHost);
-      const membership = await rendezvous(store, {
-        name: config.name,
-        rank: config.rank,
-        worldSize: config.worldSize,
-        address: { host: advertised, port: listener.address.port },
-        timeoutMs: config.initTimeoutMs,
-      });
-      if (config.worldSize !== undefined) {
-        // NB: as PyTorch's init: a static group's maps may only name its members (known only now)
-        const names = new Set(membership.workers.map((w) => w.name));
-        const strangers = [...config.deviceMaps.keys()].filter((n) => !names.has(n));
-        if (strangers.length > 0) {
-          await membership.leave().catch(() => undefined);
-          throw new ValueError(
-            `worker "${config.name}": deviceMaps names ${strangers.map((n) => `"${n}"`).join(", ")}, not in the group ` +
-              `(${[...names].join(", ")}); device maps may only name the group's workers`,
-          );
-        }
-      }
-      const agent = new Agent(config, sdk, listener, store, server, membership, advertised, caps);
-      // NB: before any call it serves can run (they may already be queued), so shipped code sees the API ready
-      onCreated?.(agent);
-      return agent;
-    } catch (e) {
-      store?.close();
-      await server?.close();
-      await listener.close();
-      throw e;
-    }
+    const j = await joinGroup(config, pipes);
+    const agent = new Agent(config, sdk, j.listener, j.store, j.storeServer, j.membership, j.advertised, j.caps);
+    onCreated?.(agent);
+    return agent;
   }
 
   get name(): string {
@@ -470,9 +239,9 @@ export class Agent implements RRefHost {
       collect: MessageType.RREF_COLLECT,
     }[kind];
     if (this.closed) return Promise.resolve();
-    // NB: never throws, also not synchronously for a worker that has left (peer() looks it up)
+    // NB: never throws, also not synchronously for a worker that has left (pipeTo() looks it up)
     return Promise.resolve()
-      .then(() => this.peer(to))
+      .then(() => this.pipeTo(to))
       .then((p) => p.send(type, 0, { from: this.name, ...body }).then(() => undefined))
       .catch((e: Error) => debug(1, "rpc", `could not send ${kind} to ${to}: ${e.message}`));
   }
@@ -499,23 +268,15 @@ export class Agent implements RRefHost {
     } catch (e) {
       return Promise.reject(e);
     }
-    const id = this.nextId++;
+    const id = this.calls.newId();
     const kind: CallKind =
       type === MessageType.REMOTE_CALL ? "remote" : type === MessageType.RREF_FETCH ? "fetch" : "call";
     const prof = profiler.begin(id, kind, target, to);
-    const done = new Promise<unknown>((resolve, reject) => {
-      const p: Pending = { resolve, reject, timer: null, peer: to, retry: null, prof };
-      if (timeoutMs > 0)
-        p.timer = new LongTimer(timeoutMs, () => {
-          this.pending.delete(id);
-          reject(new RpcTimeoutError(`RPC to "${to}" ran out of time after ${timeoutMs} ms (timeoutMs)`, timeoutMs));
-        });
-      this.pending.set(id, p);
-    });
+    const done = this.calls.open(id, to, timeoutMs, prof);
     const send = (rec: TargetRecord | null) =>
-      this.peer(to)
-        .then((peer) =>
-          peer.send(type, id, {
+      this.pipeTo(to)
+        .then((p) =>
+          p.send(type, id, {
             from: this.name,
             target: rec,
             args: [...(out.values as unknown[])],
@@ -531,11 +292,11 @@ export class Agent implements RRefHost {
               prof.bytesSent += bytes;
             }
           },
-          (e: Error) => this.settle(id, e),
+          (e: Error) => this.calls.settle(id, e),
         );
     if (record) {
       const full = record;
-      this.pending.get(id)!.retry = () => {
+      this.calls.get(id)!.retry = () => {
         this.codeCache.forgetPeer(to);
         void send(full);
       };
@@ -574,9 +335,10 @@ export class Agent implements RRefHost {
   private workerLeft(name: string): void {
     debug(1, "rpc", `worker "${name}" left the group`);
     this.rrefs.holderLeft(name);
-    for (const [id, p] of this.pending)
-      if (p.peer === name)
-        this.settle(id, new WorkerUnavailableError(`worker "${name}" left the group before replying`, name));
+    this.calls.failPeer(
+      name,
+      () => new WorkerUnavailableError(`worker "${name}" left the group before replying`, name),
+    );
   }
 
   /**
@@ -585,22 +347,7 @@ export class Agent implements RRefHost {
    * group stays usable. Returns how many calls were cancelled.
    */
   cancelPending(reason: Error): number {
-    const ids = [...this.pending.keys()];
-    for (const id of ids) this.settle(id, reason);
-    return ids.length;
-  }
-
-  private settle(id: number, error: Error | null, value?: unknown): void {
-    const p = this.pending.get(id);
-    if (!p) return; // already timed out or settled
-    this.pending.delete(id);
-    p.timer?.cancel();
-    if (p.prof) {
-      p.prof.replyAt ??= nowMs();
-      if (error) p.prof.error = error.message;
-    }
-    if (error) p.reject(error);
-    else p.resolve(value);
+    return this.calls.failAll(reason);
   }
 
   private pipeOptions(): PipeOptions {
@@ -608,7 +355,7 @@ export class Agent implements RRefHost {
   }
 
   /** The outgoing pipe to `name`, opened on first use. */
-  private peer(name: string): Promise<Peer> {
+  private pipeTo(name: string): Promise<RpcPipe> {
     let p = this.outgoing.get(name);
     if (!p) {
       const info = this.workerInfo(name);
@@ -617,11 +364,11 @@ export class Agent implements RRefHost {
         .then((conn) => Pipe.connect(conn, name, this.pipeOptions()))
         .then(
           (pipe) =>
-            new Peer(
+            new RpcPipe(
               pipe,
               this.rrefs,
-              (m, _peer, bytes) => this.onReply(m, name, bytes),
-              (peer, e) => this.onPeerDead(peer, e),
+              (m, _from, bytes) => this.onReply(m, name, bytes),
+              (closed, e) => this.onPipeClosed(closed, e),
             ),
         );
       p.catch(() => this.outgoing.delete(name));
@@ -632,19 +379,19 @@ export class Agent implements RRefHost {
 
   /** The pipe to `name` (opened if needed): its transport and the channel per device pair. */
   async pipeInfo(name: string): Promise<PipeInfo> {
-    return (await this.peer(name)).pipe.info();
+    return (await this.pipeTo(name)).pipe.info();
   }
 
-  private onPeerDead(peer: Peer, e: Error | null): void {
-    if (this.outgoing.get(peer.name) !== undefined) this.outgoing.delete(peer.name);
+  private onPipeClosed(p: RpcPipe, e: Error | null): void {
+    const name = p.peerName;
+    if (this.outgoing.get(name) !== undefined) this.outgoing.delete(name);
     // NB: the pipe already says "worker X is unavailable (...)" when its connection closed; don't wrap it twice
     const message =
       e instanceof WorkerUnavailableError
         ? e.message
-        : `worker "${peer.name}" is unavailable (its connection closed${e ? `: ${e.message}` : ""})`;
-    for (const [id, p] of this.pending)
-      if (p.peer === peer.name) this.settle(id, new WorkerUnavailableError(message, peer.name));
-    this.codeCache.forgetPeer(peer.name);
+        : `worker "${name}" is unavailable (its connection closed${e ? `: ${e.message}` : ""})`;
+    this.calls.failPeer(name, () => new WorkerUnavailableError(message, name));
+    this.codeCache.forgetPeer(name);
   }
 
   private onReply(m: DecodedMessage, from: string, bytes: number): void {
@@ -654,7 +401,8 @@ export class Agent implements RRefHost {
       ext?: Record<string, unknown>;
       prof?: unknown;
     };
-    const prof = this.pending.get(m.id)?.prof;
+    const call = this.calls.get(m.id);
+    const prof = call?.prof;
     if (prof) {
       prof.replyAt = nowMs();
       prof.bytesReceived += bytes;
@@ -667,109 +415,25 @@ export class Agent implements RRefHost {
       try {
         value = hookIncoming(from, "response", body.value, body.ext);
       } catch (e) {
-        this.settle(m.id, e as Error);
+        this.calls.settle(m.id, e as Error);
         return;
       }
-      this.settle(m.id, null, value);
+      this.calls.settle(m.id, null, value);
     } else if (m.type === MessageType.ERROR) {
       const rec = body.error!;
-      const p = this.pending.get(m.id);
-      if (rec.name === "ShippedCodeMissingError" && p?.retry) {
-        const retry = p.retry;
-        p.retry = null;
+      if (rec.name === "ShippedCodeMissingError" && call?.retry) {
+        const retry = call.retry;
+        call.retry = null;
         retry();
         return;
       }
-      this.settle(m.id, errorFromWire(rec, from));
+      this.calls.settle(m.id, errorFromWire(rec, from));
     }
-  }
-
-  /** Materializes and runs a request's target (classes are constructed, promises awaited). */
-  private async runTarget(req: RequestPayload): Promise<unknown> {
-    const fn = await materializeTarget(req.target, {
-      sdk: this.sdk,
-      registry: this.registry,
-      cache: this.codeCache,
-      peer: req.from,
-      workerName: this.name,
-    });
-    const args = hookIncoming(req.from, "request", req.args, req.ext) as unknown[];
-    try {
-      return await hookAround(req.ext, req.from, async () =>
-        isClass(fn) ? new fn(...args) : await (fn as (...a: unknown[]) => unknown)(...args),
-      );
-    } catch (e) {
-      throw explainReferenceError(e);
-    }
-  }
-
-  /**
-   * Serves one message from `peer`. `waits`: for RRefs among the arguments, the values of those
-   * owned here and the owner's confirmation of the others (RRefContext.takeOwnedArrivals); the
-   * target runs once they settle, so it can use localValue() and sees confirmed RRefs (PyTorch's
-   * callee waits for both the same way).
-   */
-  private onInbound(m: DecodedMessage, peer: Peer, waits: Promise<unknown>[] | null): void {
-    const body = m.payload as RequestPayload & { rrefId?: string; fork?: string; parent?: string; prof?: unknown };
-    switch (m.type) {
-      case MessageType.RREF_USER_DELETE:
-        this.rrefs.dropFork(body.rrefId!, body.fork!);
-        return;
-      case MessageType.RREF_CHILD_ACCEPT:
-        this.rrefs.childAccepted(body.fork!);
-        return;
-      case MessageType.RREF_COLLECT:
-        collectGarbage();
-        return;
-      case MessageType.RREF_FORK_REQUEST:
-        // the owner registers the child, then lets the parent go and confirms the child
-        if (this.rrefs.addFork(body.rrefId!, body.fork!, body.from)) {
-          void this.notify(body.parent!, "childAccept", { fork: body.fork! });
-          if (body.from !== body.parent) void this.notify(body.from, "childAccept", { fork: body.fork! });
-        }
-        return;
-      case MessageType.REQUEST:
-      case MessageType.REMOTE_CALL:
-      case MessageType.RREF_FETCH:
-        break;
-      default:
-        debug(1, "rpc", `ignoring a message of type ${m.type} from ${body.from}`);
-        return;
-    }
-    const work = (async () => {
-      const t0 = body.prof === 1 ? nowMs() : 0;
-      try {
-        let value: unknown = null;
-        if (waits && m.type !== MessageType.RREF_FETCH) await Promise.allSettled(waits);
-        if (m.type === MessageType.REQUEST) value = await this.runTarget(body);
-        else if (m.type === MessageType.RREF_FETCH) value = await this.rrefs.valueOf(body.rrefId!);
-        else {
-          // REMOTE_CALL: the owner keeps the value (or its error, for toHere); the reply, once the value
-          // is made, is the confirmation (the caller's timeout covers making it, as PyTorch's does)
-          const made = this.runTarget(body);
-          this.rrefs.own(body.rrefId!, made, body.fork!, body.from);
-          await made.catch(() => undefined);
-        }
-        const out = hookOutgoing(body.from, "response", value, body.ext);
-        await peer.send(MessageType.RESPONSE, m.id, {
-          value: out.values,
-          ...(out.ext ? { ext: out.ext } : {}),
-          // NB: the caller's profiler asked for the span its target ran here
-          ...(t0 ? { prof: [t0, nowMs()] } : {}),
-        });
-      } catch (e) {
-        const err = e instanceof Error ? e : new Error(String(e));
-        if (!(err instanceof ShippedCodeMissingError)) debug(2, "rpc", `call from ${body.from} failed: ${err.message}`);
-        await peer.send(MessageType.ERROR, m.id, { error: err }).catch(() => undefined);
-      }
-    })();
-    this.running.add(work);
-    void work.finally(() => this.running.delete(work));
   }
 
   /** Calls this worker waits on plus calls it serves. */
   private activeCalls(): number {
-    return this.pending.size + this.running.size;
+    return this.calls.size + this.server.active;
   }
 
   /** Resolves once this worker has no call in flight either way, or at `deadline` (ms since the epoch). */
@@ -818,15 +482,14 @@ export class Agent implements RRefHost {
     }
     if (!this.rrefs.closed) void this.rrefs.releaseAll();
     this.closed = true;
-    setCurrentHost(null);
-    for (const id of [...this.pending.keys()])
-      this.settle(id, new RpcNotInitializedError("RPC was shut down before this call completed"));
+    agentStopped(this);
+    this.calls.failAll(new RpcNotInitializedError("RPC was shut down before this call completed"));
     for (const p of this.outgoing.values())
       void p.then(
-        (peer) => peer.pipe.close(),
+        (o) => o.close(),
         () => undefined,
       );
-    for (const p of this.inbound) p.pipe.close();
+    for (const p of this.inbound) p.close();
     await this.membership.leave().catch(() => undefined);
     this.store.close();
     await this.listener.close();

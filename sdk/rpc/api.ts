@@ -14,13 +14,22 @@ import { RpcError, RpcNotInitializedError } from "../errors/index.js";
 import type { PipeInfo } from "../pipe/index.js";
 import { Agent, type CallOptions, type WorkerRef } from "./agent.js";
 import { checkTimeoutMs } from "./timeouts.js";
+import {
+  currentAgent,
+  initRpcAgent,
+  registerEverywhere,
+  registrations,
+  sdkNamespace,
+  setInitRpcAgent,
+  setSdkNamespace,
+} from "./process.js";
 import { RRef } from "./rref.js";
 import { parseInitOptions, type RendezvousInitOptions, type WorkerInfo } from "./rendezvous/index.js";
 
 export type { CallOptions, WorkerInfo, WorkerRef, PipeInfo };
 export { profiler, RpcProfiler, type CallRecord, type CallKind } from "./profiler.js";
 export { setShippingScope } from "./shipping/scope.js";
-export { addMessageHook, type MessageHook, type HookedMessageKind } from "./agent.js";
+export { addMessageHook, type MessageHook, type HookedMessageKind } from "./hooks.js";
 // NB: installs the device-map message hook (after agent.js, whose hook list it joins).
 import "./device_map_hook.js";
 export {
@@ -49,39 +58,26 @@ export interface ShutdownOptions {
   timeoutMs?: number;
 }
 
-let agent: Agent | null = null;
 let starting: Promise<void> | null = null;
-let sdk: Readonly<Record<string, unknown>> = {};
 
-/** @internal sdk/index.ts hands over the SDK namespace shipped code runs against. */
-export function setSdkNamespace(ns: Readonly<Record<string, unknown>>): void {
-  sdk = ns;
-}
-
+/** The agent this call acts as: the one serving the current call, else initRpc's (./process.ts). */
 function current(): Agent {
-  if (!agent) throw new RpcNotInitializedError("RPC has not been initialized. Call rpc.initRpc first.");
-  return agent;
+  const a = currentAgent();
+  if (!a) throw new RpcNotInitializedError("RPC has not been initialized. Call rpc.initRpc first.");
+  return a;
 }
 
 /** Joins (or, as rank 0, hosts) the group. Resolves once every worker of a static group has joined. */
 export async function initRpc(name: string, options: InitRpcOptions = {}): Promise<void> {
-  if (agent || starting)
+  if (initRpcAgent() || starting)
     throw new RpcError(
-      `RPC is already initialized (as "${agent?.name ?? "…"}"); call await rpc.shutdown() before initRpc again`,
+      `RPC is already initialized (as "${initRpcAgent()?.name ?? "…"}"); call await rpc.shutdown() before initRpc again`,
     );
   const { channels, ...rendezvousOptions } = options;
   const config = parseInitOptions(name, rendezvousOptions);
   // NB: a generated secret must reach the workers this process starts (the local launcher reads it).
   if (config.secretGenerated) process.env.TPRPC_SECRET = config.secret;
-  starting = Agent.start(
-    config,
-    sdk,
-    (a) => {
-      for (const [n, v] of pendingRegistrations) a.registry.register(n, v, { replace: true });
-      agent = a;
-    },
-    { channels },
-  ).then(() => undefined);
+  starting = Agent.start(config, sdkNamespace(), setInitRpcAgent, { channels }).then(() => undefined);
   try {
     await starting;
   } finally {
@@ -147,14 +143,13 @@ export function pipeInfo(to: string): Promise<PipeInfo> {
   }
 }
 
-/** Makes `value` callable by name from other workers (register it on every worker that runs it). */
+/**
+ * Makes `value` callable by name from other workers (register it on every worker that runs it).
+ * Registrations made before initRpc apply to every agent this process starts.
+ */
 export function register(name: string, value: unknown): void {
-  pendingRegistrations.set(name, value);
-  agent?.registry.register(name, value, { replace: true });
+  registerEverywhere(name, value);
 }
-
-// NB: registrations made before initRpc apply to every agent this process starts.
-const pendingRegistrations = new Map<string, unknown>();
 
 /** This worker's info, or another worker's by name (or rank). */
 export function getWorkerInfo(name?: string | number): WorkerInfo {
@@ -195,18 +190,13 @@ export function onWorkerLeave(cb: (w: WorkerInfo) => void): () => void {
 
 /** Leaves the group; graceful by default. initRpc may be called again afterwards. */
 export async function shutdown(opts: ShutdownOptions = {}): Promise<void> {
-  const a = agent;
+  const a = initRpcAgent();
   if (!a) return;
   try {
     await a.shutdown(opts.graceful ?? true, opts.timeoutMs ?? 60_000);
   } finally {
-    agent = null;
+    setInitRpcAgent(null);
   }
-}
-
-/** @internal for the agent: the registrations made so far. */
-export function registrations(): ReadonlyMap<string, unknown> {
-  return pendingRegistrations;
 }
 
 /**
@@ -215,10 +205,9 @@ export function registrations(): ReadonlyMap<string, unknown> {
  * The notebook kernel calls this on interrupt. Returns the number cancelled.
  */
 export function cancelPending(reason?: Error): number {
-  return agent ? agent.cancelPending(reason ?? new RpcError("the pending RPCs were cancelled (interrupted)")) : 0;
+  const a = initRpcAgent();
+  return a ? a.cancelPending(reason ?? new RpcError("the pending RPCs were cancelled (interrupted)")) : 0;
 }
 
-/** @internal the worker-side loop used by `tprpc worker`: exits when the master's store goes away. */
-export function currentAgent(): Agent | null {
-  return agent;
-}
+/** @internal the agent calls act as here (the one serving the current call, else initRpc's), or null. */
+export { currentAgent, registrations, setSdkNamespace };

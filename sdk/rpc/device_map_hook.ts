@@ -1,6 +1,6 @@
 /**
  * Applies device maps (./device_map.ts) to every call, as a message hook
- * (agent.ts `addMessageHook`), so the agent knows nothing of devices.
+ * (hooks.ts `addMessageHook`), so the agent knows nothing of devices.
  *
  * A call, step by step:
  * 1. Caller, outgoing request: every tensor in the arguments must have a
@@ -28,8 +28,8 @@ import { DeviceError } from "../errors/index.js";
 import { noGrad } from "../autograd/grad_mode.js";
 import type { Device } from "../tensor/device.js";
 import { Tensor } from "../tensor/tensor.js";
-import { addMessageHook, type HookedMessageKind, type MessageHook } from "./agent.js";
-import { currentAgent } from "./api.js";
+import { addMessageHook, type HookedMessageKind, type MessageHook } from "./hooks.js";
+import { currentAgent } from "./process.js";
 import { DeviceMap, targetDevice } from "./device_map.js";
 
 export const DEVICE_MAP_HOOK_KEY = "deviceMaps";

@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 describe("RRef collection requests", () => {
   it("asks only current members, never throws for a departed holder, and drops its forks", async () => {
     process.env.TPRPC_RREF_COLLECT_BYTES = String(1 << 20);
-    const { RRefContext } = await import("../../sdk/rpc/rref.js");
+    const { RRefContext } = await import("../../sdk/rpc/rref_context.js");
     // NB: read once at import; later test files in this fork must not inherit it
     delete process.env.TPRPC_RREF_COLLECT_BYTES;
     const asked: string[] = [];

@@ -1,0 +1,84 @@
+/**
+ * Message hooks: how layers above rpc (distributed autograd, device maps)
+ * take part in every call and reply. Hooks are per process: every agent of
+ * the process runs them, in the order they were added.
+ */
+
+/** Which message a hook sees: a call's arguments, or the value in its reply. */
+export type HookedMessageKind = "request" | "response";
+
+/**
+ * One hook. Its metadata travels in the message's payload under `ext[key]`.
+ *
+ * - `outgoing` runs synchronously where the call (or the reply) is made, so
+ *   it sees the caller's async context; it may replace the values (e.g.
+ *   detach tensors) and returns metadata, or undefined for none. A throw
+ *   fails the call before anything is sent.
+ * - `incoming` runs on receipt before the values are used; it returns the
+ *   values to use (e.g. tensors re-attached to a graph).
+ * - `around` wraps the callee's run of a request's target.
+ */
+export interface MessageHook {
+  readonly key: string;
+  outgoing?(msg: {
+    to: string;
+    kind: HookedMessageKind;
+    values: unknown;
+    /** For a reply: the metadata this hook attached to the request. */
+    requestMeta?: unknown;
+  }): { values: unknown; meta?: unknown } | undefined;
+  incoming?(msg: { from: string; kind: HookedMessageKind; values: unknown; meta: unknown }): unknown;
+  around?<T>(meta: unknown, from: string, run: () => Promise<T>): Promise<T>;
+}
+
+const messageHooks: MessageHook[] = [];
+
+/** Installs a message hook for every agent of this process (replacing one with the same key). */
+export function addMessageHook(hook: MessageHook): void {
+  const i = messageHooks.findIndex((h) => h.key === hook.key);
+  if (i >= 0) messageHooks[i] = hook;
+  else messageHooks.push(hook);
+}
+
+/** Runs the outgoing hooks over `values`; returns the values to send and the ext record (undefined when empty). */
+export function hookOutgoing(
+  to: string,
+  kind: HookedMessageKind,
+  values: unknown,
+  requestExt?: Record<string, unknown>,
+): { values: unknown; ext: Record<string, unknown> | undefined } {
+  let ext: Record<string, unknown> | undefined;
+  for (const h of messageHooks) {
+    if (!h.outgoing) continue;
+    const r = h.outgoing({ to, kind, values, requestMeta: requestExt?.[h.key] });
+    if (!r) continue;
+    values = r.values;
+    if (r.meta !== undefined) (ext ??= {})[h.key] = r.meta;
+  }
+  return { values, ext };
+}
+
+export function hookIncoming(
+  from: string,
+  kind: HookedMessageKind,
+  values: unknown,
+  ext: Record<string, unknown> | undefined,
+): unknown {
+  for (const h of messageHooks) if (h.incoming) values = h.incoming({ from, kind, values, meta: ext?.[h.key] });
+  return values;
+}
+
+export function hookAround<T>(
+  ext: Record<string, unknown> | undefined,
+  from: string,
+  run: () => Promise<T>,
+): Promise<T> {
+  let f = run;
+  for (const h of messageHooks) {
+    if (!h.around) continue;
+    const inner = f;
+    const around = h.around.bind(h);
+    f = () => around(ext?.[h.key], from, inner);
+  }
+  return f();
+}

@@ -1,0 +1,107 @@
+/**
+ * initRpc's network part, before an Agent exists:
+ * 1. choose the channels this worker offers (options.channels, else
+ *    TPRPC_CHANNELS, else every viable one) and its capabilities;
+ * 2. listen for peers on an authenticated TCP transport (loopback when the
+ *    store is on loopback, else every interface);
+ * 3. rank 0 hosts the rendezvous store; everyone connects to it;
+ * 4. rendezvous (./rendezvous): the membership;
+ * 5. static groups: device maps may only name members (known only now).
+ * Anything that fails closes what was opened and throws.
+ */
+import os from "node:os";
+import type { Capabilities } from "../channel/interface.js";
+import { ValueError } from "../errors/index.js";
+import { checkAllowedChannels, localCapabilities, parseChannelList } from "../pipe/index.js";
+import { deviceBackendFor } from "../tensor/backend/devices.js";
+import type { TransportListener } from "../transport/interface.js";
+import { tcpTransport } from "../transport/tcp/index.js";
+import { type InitConfig, type Membership, StoreClient, StoreServer, rendezvous } from "./rendezvous/index.js";
+
+/** How the agent's pipes choose channels. */
+export interface AgentPipeOptions {
+  /** Allowed channel names ("shm,tcp" or an array); default env TPRPC_CHANNELS, else every viable one. */
+  channels?: string | readonly string[];
+}
+
+/** What joining gives the agent. */
+export interface Joined {
+  listener: TransportListener;
+  store: StoreClient;
+  /** The store, when this worker (rank 0) hosts it. */
+  storeServer: StoreServer | null;
+  membership: Membership;
+  /** The address peers dial for this worker. */
+  advertised: string;
+  caps: Capabilities;
+}
+
+/**
+ * The address peers should dial for this worker: TPRPC_ADDR when set (multi-NIC hosts), the
+ * loopback address for single-host groups, else this host's first non-internal IPv4 address.
+ */
+function advertisedHost(bindHost: string): string {
+  const forced = process.env.TPRPC_ADDR;
+  if (forced) return forced;
+  if (bindHost !== "0.0.0.0") return bindHost;
+  for (const addrs of Object.values(os.networkInterfaces()))
+    for (const a of addrs ?? []) if (a.family === "IPv4" && !a.internal) return a.address;
+  return os.hostname();
+}
+
+/** CUDA devices this worker can offer a channel for (0 without a CUDA backend). */
+function cudaDevices(): number {
+  try {
+    return deviceBackendFor("cuda")?.deviceCount() ?? 0;
+  } catch {
+    return 0;
+  }
+}
+
+export async function joinGroup(config: InitConfig, pipes: AgentPipeOptions = {}): Promise<Joined> {
+  const allowed = parseChannelList(pipes.channels ?? process.env.TPRPC_CHANNELS);
+  checkAllowedChannels(allowed);
+  const caps = localCapabilities(config.name, allowed, { cpu: 1, cuda: cudaDevices() });
+  const bindHost = /^(127\.|localhost$|::1$|\[::1\]$)/.test(config.host)
+    ? config.host.replace(/^\[|\]$/g, "")
+    : "0.0.0.0";
+  const listener = await tcpTransport.listen({ host: bindHost, port: 0, secret: config.secret });
+  let storeServer: StoreServer | null = null;
+  let store: StoreClient | null = null;
+  try {
+    if (config.rank === 0)
+      storeServer = await StoreServer.listen({ host: bindHost, port: config.port, secret: config.secret });
+    store = await StoreClient.connect({
+      host: config.host,
+      port: config.port,
+      secret: config.secret,
+      timeoutMs: config.initTimeoutMs,
+    });
+    const advertised = advertisedHost(bindHost);
+    const membership = await rendezvous(store, {
+      name: config.name,
+      rank: config.rank,
+      worldSize: config.worldSize,
+      address: { host: advertised, port: listener.address.port },
+      timeoutMs: config.initTimeoutMs,
+    });
+    if (config.worldSize !== undefined) {
+      // NB: as PyTorch's init: a static group's maps may only name its members
+      const names = new Set(membership.workers.map((w) => w.name));
+      const strangers = [...config.deviceMaps.keys()].filter((n) => !names.has(n));
+      if (strangers.length > 0) {
+        await membership.leave().catch(() => undefined);
+        throw new ValueError(
+          `worker "${config.name}": deviceMaps names ${strangers.map((n) => `"${n}"`).join(", ")}, not in the group ` +
+            `(${[...names].join(", ")}); device maps may only name the group's workers`,
+        );
+      }
+    }
+    return { listener, store, storeServer, membership, advertised, caps };
+  } catch (e) {
+    store?.close();
+    await storeServer?.close();
+    await listener.close();
+    throw e;
+  }
+}

@@ -1,0 +1,336 @@
+/**
+ * RRefContext: one agent's RRef bookkeeping, the owner's and the users' side
+ * of the protocol told at the top of ./rref.ts: values owned here and their
+ * forks, forks handed out but not yet accepted (G2), user RRefs made here
+ * (deleted at shutdown), what a call must wait for before it runs, and the
+ * collection requests of steps 5 and 6.
+ */
+import v8 from "node:v8";
+import { RpcError, WorkerUnavailableError } from "../errors/index.js";
+import { debug } from "../util/index.js";
+import { collectGarbage } from "./gc.js";
+import { RRef, type RRefHost, type RRefWire } from "./rref.js";
+
+interface OwnerEntry {
+  value: Promise<unknown>;
+  settled: { ok: true; value: unknown } | { ok: false; error: unknown } | null;
+  /** fork → the worker holding it ("" where the owner cannot tell: an owner RRef it sent). */
+  forks: Map<string, string>;
+  /** Set while the value's REMOTE_CALL has not arrived yet. */
+  provide: ((v: Promise<unknown>) => void) | null;
+}
+
+/** Growth of this process's off-heap (external) memory, as V8 counts it, (bytes) that makes an owner ask for a collection (0: never). */
+const COLLECT_BYTES = Number(process.env.TPRPC_RREF_COLLECT_BYTES ?? 256 << 20);
+/** An owner asks at most this often, and samples its memory this often while it owns values. */
+const COLLECT_INTERVAL_MS = 1000;
+/** Step 6: user RRefs made here since the last collection that arm the idle collection. */
+const IDLE_COLLECT_FORKS = 16;
+const IDLE_COLLECT_QUIET_MS = 1000;
+const IDLE_COLLECT_MAX_MS = 10_000;
+
+/** Per-agent RRef bookkeeping: values owned here, and forks handed out but not yet accepted. */
+export class RRefContext {
+  private readonly owned = new Map<string, OwnerEntry>();
+  /** child fork → the parent RRef object, held alive until the owner accepts the child (G2). */
+  private readonly pendingChildren = new Map<string, RRef<unknown>>();
+  /** forks of user RRefs made here, for deletion at shutdown. */
+  private readonly liveUsers = new Map<string, { rrefId: string; owner: string; ref: WeakRef<RRef<unknown>> }>();
+  private counter = 0;
+  /** Values of owner RRefs, and confirmations of user forks, decoded since the last takeOwnedArrivals() (see materialize). */
+  private ownedArrivals: Promise<unknown>[] | null = null;
+  closed = false;
+
+  constructor(private readonly host: () => RRefHost) {}
+
+  newId(): string {
+    return `${this.host().name}:${++this.counter}`;
+  }
+
+  /** Values owned here (the live-object count the tests observe). */
+  get ownedCount(): number {
+    return this.owned.size;
+  }
+
+  /**
+   * The owner entry for `rrefId`, made pending when a fork request or a fetch
+   * arrives before the REMOTE_CALL that creates the value (they travel on
+   * other connections, so nothing orders them): it settles when the call does.
+   */
+  private entry(rrefId: string): OwnerEntry {
+    let e = this.owned.get(rrefId);
+    if (!e) {
+      let resolve!: (v: Promise<unknown>) => void;
+      const value = new Promise<unknown>((r) => {
+        resolve = r;
+      });
+      const entry: OwnerEntry = { value, settled: null, forks: new Map(), provide: resolve };
+      value.then(
+        (v) => {
+          entry.settled = { ok: true, value: v };
+        },
+        (error: unknown) => {
+          entry.settled = { ok: false, error };
+        },
+      );
+      this.owned.set(rrefId, entry);
+      e = entry;
+    }
+    return e;
+  }
+
+  /** Stores a value made here for the fork `fork`, held by the worker `holder`. */
+  own(rrefId: string, value: Promise<unknown>, fork: string, holder: string): void {
+    const e = this.entry(rrefId);
+    e.provide?.(value);
+    e.provide = null;
+    e.forks.set(fork, holder);
+    this.checkPressure();
+    this.watchPressure();
+  }
+
+  /** Stores a value that is already made (rpc.RRef(value)): localValue() works at once. */
+  ownValue(rrefId: string, value: unknown, fork: string, holder: string): void {
+    if (this.owned.has(rrefId)) throw new RpcError(`RRef ${rrefId} is already owned here`);
+    const entry: OwnerEntry = {
+      value: Promise.resolve(value),
+      settled: { ok: true, value },
+      forks: new Map([[fork, holder]]),
+      provide: null,
+    };
+    this.owned.set(rrefId, entry);
+    this.checkPressure();
+    this.watchPressure();
+  }
+
+  addFork(rrefId: string, fork: string, holder: string): boolean {
+    debug(3, "rref", `adding fork ${fork} of ${rrefId}`);
+    this.entry(rrefId).forks.set(fork, holder);
+    return true;
+  }
+
+  /**
+   * A worker left the group: the forks it held can never be deleted by it, so they are dropped
+   * here; RRefs it owned will never be confirmed, so nothing waits for that any longer.
+   */
+  holderLeft(name: string): void {
+    for (const u of this.liveUsers.values())
+      if (u.owner === name) {
+        const r = u.ref.deref();
+        if (r && !r.confirmedByOwner())
+          r.fail(new WorkerUnavailableError(`the owner of ${r.toString()}, "${name}", left the group`, name));
+      }
+    for (const [rrefId, e] of [...this.owned])
+      for (const [fork, holder] of [...e.forks]) if (holder === name) this.dropFork(rrefId, fork);
+  }
+
+  private lowBytes = Infinity;
+  private lastSample = -Infinity;
+  private lastCollectRound = -Infinity;
+  private collectRounds = 0;
+
+  /** How many times this owner asked its RRefs' holders to collect garbage. */
+  get collectRequests(): number {
+    return this.collectRounds;
+  }
+
+  private pressureTimer: NodeJS.Timeout | null = null;
+
+  /** Step 5: while values are owned here, samples memory every second even when no new value arrives. */
+  private watchPressure(): void {
+    if (this.pressureTimer || !(COLLECT_BYTES > 0)) return;
+    this.pressureTimer = setInterval(() => {
+      if (this.owned.size === 0 || this.closed) {
+        clearInterval(this.pressureTimer!);
+        this.pressureTimer = null;
+        return;
+      }
+      this.checkPressure();
+    }, COLLECT_INTERVAL_MS);
+    // NB: never keeps a process alive
+    this.pressureTimer.unref();
+  }
+
+  private usersSinceCollect = 0;
+  private idleTimer: NodeJS.Timeout | null = null;
+  private firstUserAt = 0;
+  private idleCollections = 0;
+
+  /** How many step-6 collections this context started. */
+  get idleCollectRequests(): number {
+    return this.idleCollections;
+  }
+
+  /** Step 6: a user RRef was made here; arms (or pushes back) the idle collection. */
+  private userMade(): void {
+    if (++this.usersSinceCollect < IDLE_COLLECT_FORKS || !(COLLECT_BYTES > 0)) return;
+    const now = performance.now();
+    if (this.usersSinceCollect === IDLE_COLLECT_FORKS) this.firstUserAt = now;
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    const wait = Math.max(0, Math.min(IDLE_COLLECT_QUIET_MS, this.firstUserAt + IDLE_COLLECT_MAX_MS - now));
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = null;
+      this.usersSinceCollect = 0;
+      if (this.closed) return;
+      this.idleCollections++;
+      debug(2, "rref", "quiet after a burst of user RRefs: collecting so dropped ones are deleted");
+      collectGarbage();
+    }, wait);
+    this.idleTimer.unref();
+  }
+
+  /** Step 5 of the protocol: asks the holders of our values' forks to collect when our memory has grown. */
+  private checkPressure(): void {
+    if (!(COLLECT_BYTES > 0)) return;
+    // NB: sampled at most every 10 ms, so remote() at tens of thousands a second pays nothing measurable
+    const t = performance.now();
+    if (t - this.lastSample < 10) return;
+    this.lastSample = t;
+    // NB: V8's count of off-heap memory: typed-array storage and the addon's pooled blocks alike (~1 µs)
+    const bytes = v8.getHeapStatistics().external_memory;
+    if (bytes < this.lowBytes) this.lowBytes = bytes;
+    if (bytes - this.lowBytes < COLLECT_BYTES) return;
+    const now = performance.now();
+    if (now - this.lastCollectRound < COLLECT_INTERVAL_MS) return;
+    this.lastCollectRound = now;
+    this.lowBytes = bytes;
+    const me = this.host().name;
+    const holders = new Set<string>();
+    let unknown = false;
+    for (const e of this.owned.values())
+      for (const h of e.forks.values())
+        if (h) holders.add(h);
+        else unknown = true;
+    const members = new Set(this.host().peerNames());
+    if (unknown) for (const p of members) holders.add(p);
+    // NB: a holder that left cannot collect (holderLeft drops its forks; this covers the gap)
+    for (const h of holders) if (h !== me && !members.has(h)) holders.delete(h);
+    if (holders.size === 0) return;
+    this.collectRounds++;
+    debug(
+      2,
+      "rref",
+      `${(bytes / 2 ** 20).toFixed(0)} MiB of buffers here: asking ${[...holders].join(", ")} to collect`,
+    );
+    for (const h of holders) {
+      if (h === me) collectGarbage();
+      else void this.host().notify(h, "collect", {});
+    }
+    // NB: the deletions those collections cause make our values garbage, but only our own
+    // collection returns their memory, and an idle owner may not run one: collect after them
+    setTimeout(() => collectGarbage(), 2 * COLLECT_INTERVAL_MS).unref();
+  }
+
+  valueOf(rrefId: string): Promise<unknown> {
+    return this.entry(rrefId).value;
+  }
+
+  localValue(rrefId: string): unknown {
+    const e = this.owned.get(rrefId);
+    if (!e) throw new RpcError(`no RRef ${rrefId} is owned by "${this.host().name}" (already deleted?)`);
+    if (!e.settled) throw new RpcError("the RRef's value is not ready yet; await rref.toHere() on the owner first");
+    if (!e.settled.ok) throw e.settled.error;
+    return e.settled.value;
+  }
+
+  /** A fork ended (GC or shutdown): tell the owner, or drop it here when we are the owner. */
+  forkGone(rrefId: string, owner: string, fork: string): void {
+    debug(3, "rref", `fork ${fork} of ${rrefId} (owner ${owner}) was collected`);
+    this.liveUsers.delete(fork);
+    if (owner === this.host().name) this.dropFork(rrefId, fork);
+    else if (!this.closed) void this.host().notify(owner, "userDelete", { rrefId, fork });
+  }
+
+  dropFork(rrefId: string, fork: string): void {
+    debug(3, "rref", `dropping fork ${fork} of ${rrefId}`);
+    const e = this.owned.get(rrefId);
+    if (!e) return;
+    e.forks.delete(fork);
+    // NB: a pending entry (its REMOTE_CALL still on the way) stays: the creator's fork is coming.
+    if (e.forks.size === 0 && !e.provide) this.owned.delete(rrefId);
+  }
+
+  /** Makes (or resolves) the RRef object for an incoming descriptor. */
+  materialize(d: RRefWire): RRef<unknown> {
+    const host = this.host();
+    if (d.owner === host.name) {
+      // it came home: the owner's own RRef object (a fork the owner tracks), and the parent may let go
+      const local = new RRef<unknown>(undefined, {
+        host,
+        rrefId: d.rrefId,
+        owner: d.owner,
+        fork: d.fork,
+        confirmed: true,
+      });
+      this.addFork(d.rrefId, d.fork, host.name);
+      (this.ownedArrivals ??= []).push(this.entry(d.rrefId).value);
+      if (!d.ownerFork) void host.notify(d.parent, "childAccept", { fork: d.fork });
+      return local;
+    }
+    const r = new RRef<unknown>(undefined, {
+      host,
+      rrefId: d.rrefId,
+      owner: d.owner,
+      fork: d.fork,
+      confirmed: d.ownerFork,
+    });
+    this.liveUsers.set(d.fork, { rrefId: d.rrefId, owner: d.owner, ref: new WeakRef(r) });
+    this.userMade();
+    // NB: as PyTorch's callee, a call runs once the owner confirmed the forks among its arguments
+    if (!d.ownerFork) (this.ownedArrivals ??= []).push(r.settled());
+    if (!d.ownerFork) void host.notify(d.owner, "forkRequest", { rrefId: d.rrefId, fork: d.fork, parent: d.parent });
+    return r;
+  }
+
+  /**
+   * What a call must wait for before its target runs: the values of RRefs owned here and the
+   * owner's confirmation of user forks that the last decoded message carried (null when none).
+   */
+  takeOwnedArrivals(): Promise<unknown>[] | null {
+    const a = this.ownedArrivals;
+    this.ownedArrivals = null;
+    return a;
+  }
+
+  /** The descriptor for sending `r`: mints a child fork (see the protocol above). */
+  describe(r: RRef<unknown>): RRefWire {
+    const host = this.host();
+    const fork = this.newId();
+    if (r.isOwner()) {
+      // NB: the receiver is not known here (the encoder does not say where the message goes)
+      this.addFork(r.rrefId, fork, "");
+      return { rrefId: r.rrefId, owner: r.ownerName(), fork, parent: host.name, ownerFork: true };
+    }
+    this.pendingChildren.set(fork, r);
+    return { rrefId: r.rrefId, owner: r.ownerName(), fork, parent: host.name, ownerFork: false };
+  }
+
+  /**
+   * The owner accepted the fork `fork`: sent to the worker that forked it (the parent may now be
+   * released) and to the worker that received it (its RRef is now confirmed by the owner).
+   */
+  childAccepted(fork: string): void {
+    this.pendingChildren.delete(fork);
+    this.liveUsers.get(fork)?.ref.deref()?.confirm();
+  }
+
+  /** A user RRef made by remote() here. */
+  userCreated(r: RRef<unknown>): void {
+    this.liveUsers.set(r.fork, { rrefId: r.rrefId, owner: r.ownerName(), ref: new WeakRef(r) });
+    this.userMade();
+  }
+
+  /** At shutdown: every live user fork made here is deleted at its owner; resolves once the deletions are sent. */
+  async releaseAll(): Promise<void> {
+    const sent = [...this.liveUsers].map(([fork, u]) =>
+      this.host().notify(u.owner, "userDelete", { rrefId: u.rrefId, fork }),
+    );
+    this.liveUsers.clear();
+    this.pendingChildren.clear();
+    this.closed = true;
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    if (this.pressureTimer) clearInterval(this.pressureTimer);
+    this.idleTimer = this.pressureTimer = null;
+    await Promise.all(sent);
+  }
+}

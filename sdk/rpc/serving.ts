@@ -1,0 +1,148 @@
+/**
+ * The callee's side of the agent: serving what arrives on inbound pipes.
+ *
+ * A call (REQUEST, REMOTE_CALL, RREF_FETCH), step by step:
+ * 1. Wait for the RRefs among its arguments: values owned here must be made,
+ *    user forks confirmed by their owners (`waits`, from RpcPipe).
+ * 2. Materialize the target (./shipping: builtin, registered, global, module
+ *    or shipped source, compiled once per peer and hash), run the message
+ *    hooks' `incoming` on the arguments, and call it inside the hooks'
+ *    `around` with this agent current (./process.ts); classes are
+ *    constructed, promises awaited.
+ * 3. Reply RESPONSE {value} or ERROR {error} on the same pipe. REMOTE_CALL
+ *    keeps the value (or its error, for toHere) in the RRefContext and
+ *    replies once it is made; RREF_FETCH replies with an owned value.
+ * The RRef protocol's one-way messages (fork request, child accept, user
+ * delete, collect) are handled at once (./rref.ts has the protocol).
+ */
+import { debug } from "../util/index.js";
+import { type DecodedMessage, MessageType } from "../wire/index.js";
+import type { Agent } from "./agent.js";
+import { collectGarbage } from "./gc.js";
+import { hookAround, hookIncoming, hookOutgoing } from "./hooks.js";
+import { runServing } from "./process.js";
+import { nowMs } from "./profiler.js";
+import type { RpcPipe } from "./rpc_pipe.js";
+import {
+  ShippedCodeMissingError,
+  type TargetRecord,
+  explainReferenceError,
+  materializeTarget,
+} from "./shipping/index.js";
+
+interface RequestPayload {
+  from: string;
+  target: TargetRecord;
+  args: unknown[];
+  /** Metadata of message hooks, by hook key. */
+  ext?: Record<string, unknown>;
+  rrefId?: string;
+  fork?: string;
+  parent?: string;
+  /** 1 when the caller's profiler wants the span the target ran here. */
+  prof?: unknown;
+}
+
+/** Treats a function whose source starts with `class` as a constructor. */
+function isClass(fn: unknown): fn is new (...a: unknown[]) => unknown {
+  return typeof fn === "function" && /^class[\s{]/.test(Function.prototype.toString.call(fn));
+}
+
+export class CallServer {
+  /** Calls being served (their replies not yet sent). */
+  private readonly running = new Set<Promise<unknown>>();
+
+  constructor(private readonly agent: Agent) {}
+
+  /** How many calls are being served now. */
+  get active(): number {
+    return this.running.size;
+  }
+
+  /** Serves one message that arrived on `from` (see the file's top). */
+  serve(m: DecodedMessage, from: RpcPipe, waits: Promise<unknown>[] | null): void {
+    const body = m.payload as RequestPayload;
+    const rrefs = this.agent.rrefs;
+    switch (m.type) {
+      case MessageType.RREF_USER_DELETE:
+        rrefs.dropFork(body.rrefId!, body.fork!);
+        return;
+      case MessageType.RREF_CHILD_ACCEPT:
+        rrefs.childAccepted(body.fork!);
+        return;
+      case MessageType.RREF_COLLECT:
+        collectGarbage();
+        return;
+      case MessageType.RREF_FORK_REQUEST:
+        // the owner registers the child, then lets the parent go and confirms the child
+        if (rrefs.addFork(body.rrefId!, body.fork!, body.from)) {
+          void this.agent.notify(body.parent!, "childAccept", { fork: body.fork! });
+          if (body.from !== body.parent) void this.agent.notify(body.from, "childAccept", { fork: body.fork! });
+        }
+        return;
+      case MessageType.REQUEST:
+      case MessageType.REMOTE_CALL:
+      case MessageType.RREF_FETCH:
+        break;
+      default:
+        debug(1, "rpc", `ignoring a message of type ${m.type} from ${body.from}`);
+        return;
+    }
+    const work = runServing(this.agent, () => this.reply(m, body, from, waits));
+    this.running.add(work);
+    void work.finally(() => this.running.delete(work));
+  }
+
+  private async reply(
+    m: DecodedMessage,
+    body: RequestPayload,
+    to: RpcPipe,
+    waits: Promise<unknown>[] | null,
+  ): Promise<void> {
+    const t0 = body.prof === 1 ? nowMs() : 0;
+    try {
+      let value: unknown = null;
+      if (waits && m.type !== MessageType.RREF_FETCH) await Promise.allSettled(waits);
+      if (m.type === MessageType.REQUEST) value = await this.runTarget(body);
+      else if (m.type === MessageType.RREF_FETCH) value = await this.agent.rrefs.valueOf(body.rrefId!);
+      else {
+        // REMOTE_CALL: the owner keeps the value (or its error, for toHere); the reply, once the value
+        // is made, is the confirmation (the caller's timeout covers making it, as PyTorch's does)
+        const made = this.runTarget(body);
+        this.agent.rrefs.own(body.rrefId!, made, body.fork!, body.from);
+        await made.catch(() => undefined);
+      }
+      const out = hookOutgoing(body.from, "response", value, body.ext);
+      await to.send(MessageType.RESPONSE, m.id, {
+        value: out.values,
+        ...(out.ext ? { ext: out.ext } : {}),
+        // NB: the caller's profiler asked for the span its target ran here
+        ...(t0 ? { prof: [t0, nowMs()] } : {}),
+      });
+    } catch (e) {
+      const err = e instanceof Error ? e : new Error(String(e));
+      if (!(err instanceof ShippedCodeMissingError)) debug(2, "rpc", `call from ${body.from} failed: ${err.message}`);
+      await to.send(MessageType.ERROR, m.id, { error: err }).catch(() => undefined);
+    }
+  }
+
+  /** Materializes and runs a request's target (classes are constructed, promises awaited). */
+  private async runTarget(req: RequestPayload): Promise<unknown> {
+    const a = this.agent;
+    const fn = await materializeTarget(req.target, {
+      sdk: a.sdk,
+      registry: a.registry,
+      cache: a.codeCache,
+      peer: req.from,
+      workerName: a.name,
+    });
+    const args = hookIncoming(req.from, "request", req.args, req.ext) as unknown[];
+    try {
+      return await hookAround(req.ext, req.from, async () =>
+        isClass(fn) ? new fn(...args) : await (fn as (...a: unknown[]) => unknown)(...args),
+      );
+    } catch (e) {
+      throw explainReferenceError(e);
+    }
+  }
+}
