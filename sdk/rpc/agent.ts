@@ -145,7 +145,8 @@ export class Agent implements RRefHost {
     const known = () => this.membership.workers.map((x) => `${x.name} (rank ${x.id})`).join(", ");
     if (to === undefined) to = this.name;
     if (typeof to === "number") {
-      const w = Number.isInteger(to) ? this.membership.workers.find((x) => x.id === to) : undefined;
+      if (!Number.isInteger(to)) throw new ValueError(`a worker rank is an integer, got ${to}`);
+      const w = this.membership.workers.find((x) => x.id === to);
       if (!w) throw new WorkerUnavailableError(`no worker has rank ${to}; known workers: ${known()}`, String(to));
       return w;
     }

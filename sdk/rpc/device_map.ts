@@ -84,6 +84,11 @@ export class DeviceMap {
     return [...this.forward.keys()].map((s) => Device.parse(s));
   }
 
+  /** Target devices, in insertion order. */
+  targets(): Device[] {
+    return [...this.forward.values()];
+  }
+
   /** The map a reply follows: target -> source (well defined: maps are one-to-one). */
   inverse(): DeviceMap {
     const inv = new Map<string, Device>();

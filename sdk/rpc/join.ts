@@ -6,8 +6,13 @@
  *    store is on loopback, else every interface);
  * 3. rank 0 hosts the rendezvous store; everyone connects to it;
  * 4. rendezvous (./rendezvous): the membership;
- * 5. static groups: device maps may only name members (known only now).
- * Anything that fails closes what was opened and throws.
+ * 5. static groups: device maps may only name members, and only target
+ *    devices those members have (both known only now: each worker's claim
+ *    carries its CUDA device count), as PyTorch checks at init.
+ * Anything that fails closes what was opened and throws, with one delay: when
+ * the group cannot assemble (a duplicate name or rank), rank 0 keeps serving
+ * the store for a while (LINGER_MS), so the ranks still connecting read the
+ * refusal there instead of waiting out their init timeout.
  */
 import os from "node:os";
 import type { Capabilities } from "../channel/interface.js";
@@ -58,16 +63,36 @@ function cudaDevices(): number {
   }
 }
 
+/** How long a refused group's store stays up for the ranks still on their way. */
+const LINGER_MS = 10_000;
+/** Stores kept up after a refusal, by port; a new initRpc on that port closes its own at once. */
+const lingering = new Map<number, StoreServer>();
+
+function linger(server: StoreServer, port: number, ms: number): void {
+  lingering.set(port, server);
+  setTimeout(() => {
+    if (lingering.get(port) === server) lingering.delete(port);
+    void server.close();
+  }, ms).unref();
+}
+
 export async function joinGroup(config: InitConfig, pipes: AgentPipeOptions = {}): Promise<Joined> {
+  const old = lingering.get(config.port);
+  if (old) {
+    lingering.delete(config.port);
+    await old.close();
+  }
   const allowed = parseChannelList(pipes.channels ?? process.env.TPRPC_CHANNELS);
   checkAllowedChannels(allowed);
-  const caps = localCapabilities(config.name, allowed, { cpu: 1, cuda: cudaDevices() });
+  const cuda = cudaDevices();
+  const caps = localCapabilities(config.name, allowed, { cpu: 1, cuda });
   const bindHost = /^(127\.|localhost$|::1$|\[::1\]$)/.test(config.host)
     ? config.host.replace(/^\[|\]$/g, "")
     : "0.0.0.0";
   const listener = await tcpTransport.listen({ host: bindHost, port: 0, secret: config.secret });
   let storeServer: StoreServer | null = null;
   let store: StoreClient | null = null;
+  let assembled = false;
   try {
     if (config.rank === 0)
       storeServer = await StoreServer.listen({ host: bindHost, port: config.port, secret: config.secret });
@@ -83,24 +108,40 @@ export async function joinGroup(config: InitConfig, pipes: AgentPipeOptions = {}
       rank: config.rank,
       worldSize: config.worldSize,
       address: { host: advertised, port: listener.address.port },
+      cudaDevices: cuda,
       timeoutMs: config.initTimeoutMs,
     });
+    assembled = true;
     if (config.worldSize !== undefined) {
       // NB: as PyTorch's init: a static group's maps may only name its members
       const names = new Set(membership.workers.map((w) => w.name));
       const strangers = [...config.deviceMaps.keys()].filter((n) => !names.has(n));
-      if (strangers.length > 0) {
+      let refusal: string | null = null;
+      if (strangers.length > 0)
+        refusal =
+          `deviceMaps names ${strangers.map((n) => `"${n}"`).join(", ")}, not in the group ` +
+          `(${[...names].join(", ")}); device maps may only name the group's workers`;
+      for (const [to, map] of config.deviceMaps) {
+        if (refusal || !names.has(to)) break;
+        const have = membership.cudaDevices(to);
+        const missing = map.targets().find((d) => d.type === "cuda" && d.index >= have);
+        if (missing)
+          refusal =
+            `deviceMaps["${to}"] maps to ${missing}, but "${to}" has ${have} CUDA device(s); ` +
+            "map only to devices the callee has";
+      }
+      if (refusal) {
         await membership.leave().catch(() => undefined);
-        throw new ValueError(
-          `worker "${config.name}": deviceMaps names ${strangers.map((n) => `"${n}"`).join(", ")}, not in the group ` +
-            `(${[...names].join(", ")}); device maps may only name the group's workers`,
-        );
+        throw new ValueError(`worker "${config.name}": ${refusal}`);
       }
     }
     return { listener, store, storeServer, membership, advertised, caps };
   } catch (e) {
     store?.close();
-    await storeServer?.close();
+    // NB: a ValueError from the rendezvous is a refusal every rank must hear (see the top)
+    if (storeServer && !assembled && e instanceof ValueError)
+      linger(storeServer, config.port, Math.min(LINGER_MS, config.initTimeoutMs));
+    else await storeServer?.close();
     await listener.close();
     throw e;
   }

@@ -79,7 +79,14 @@ export class ShutdownSync {
   async join(idle: (deadline: number) => Promise<void>, active: () => number): Promise<void> {
     for (let round = 0; ; round++) {
       await idle(this.deadline);
-      await this.store.add(`${PREFIX}join/${round}/calls`, active());
+      const mine = active();
+      if (mine > 0 && Date.now() >= this.deadline)
+        throw new RpcTimeoutError(
+          `graceful shutdown timed out with ${mine} call(s) still in flight on "${this.self}"; ` +
+            "give rpc.shutdown a larger timeoutMs, or { graceful: false } to drop them",
+          0,
+        );
+      await this.store.add(`${PREFIX}join/${round}/calls`, mine);
       await this.meet(`join-${round}`);
       if ((await this.store.add(`${PREFIX}join/${round}/calls`, 0)) === 0) return;
     }

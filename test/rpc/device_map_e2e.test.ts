@@ -3,8 +3,10 @@
  * master; two `tprpc worker` processes), on a machine without CUDA:
  * 1. the master's map for worker1 travels with each call and worker1 applies
  *    it on receipt — here {cpu: cuda:0}, which worker1 cannot honour, so the
- *    call fails with worker1's DeviceError naming the map (PyTorch would have
- *    refused the map at init; tprpc checks targets on the callee);
+ *    call fails with worker1's DeviceError naming the map. A static group
+ *    refuses such a map at init (test/conformance/device_maps.test.ts), so
+ *    this group is dynamic: its members are not known at init, and the
+ *    callee's own check is what stands;
  * 2. worker2 (no map) gets CPU tensors as before, and replies come back;
  * 3. a tensor on an unmapped device is refused before anything is sent
  *    (the master holds one through the host-backed DeviceBackend double).
@@ -22,18 +24,20 @@ describe("device maps between real processes", () => {
 
   beforeAll(async () => {
     const port = await freePort();
-    children.push(
-      startWorker("worker1", 1, 3, port, { secret: SECRET }),
-      startWorker("worker2", 2, 3, port, { secret: SECRET }),
-    );
     await rpc.initRpc("master", {
       rank: 0,
-      worldSize: 3,
       initMethod: `tcp://127.0.0.1:${port}`,
       secret: SECRET,
       initTimeoutMs: 20_000,
       deviceMaps: { worker1: { cpu: "cuda:0" } },
     });
+    children.push(
+      startWorker("worker1", 1, undefined, port, { secret: SECRET }),
+      startWorker("worker2", 2, undefined, port, { secret: SECRET }),
+    );
+    // NB: bounded: both workers join within 20 s or the suite fails here
+    for (const t0 = Date.now(); rpc.workers().length < 3; await new Promise((r) => setTimeout(r, 50)))
+      if (Date.now() - t0 > 20_000) throw new Error("the workers did not join within 20 s");
   }, 30_000);
 
   afterAll(async () => {

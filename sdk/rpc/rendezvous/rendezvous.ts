@@ -7,7 +7,8 @@
  * Keys (under `prefix`, default "rdzv/"):
  *   world_size        the group's worldSize, or "dynamic"; the first worker sets it, the rest must agree
  *   rank/<rank>       {name, token}: claims the rank
- *   worker/<name>     {name, id, host, port, token}: claims the name; watched for joins and leaves
+ *   worker/<name>     {name, id, host, port, cuda, token}: claims the name (cuda: its CUDA device
+ *                     count, for device-map checks); watched for joins and leaves
  *   complete          static groups: set by the worker whose registration completed the world
  *
  * Steps:
@@ -44,6 +45,8 @@ export interface RendezvousOptions {
   worldSize: number | undefined;
   /** Where this worker accepts peer connections. */
   address: { host: string; port: number };
+  /** CUDA devices this worker has (default 0); others check their device maps against it. */
+  cudaDevices?: number;
   /** Bound on waiting for the whole group (static). Default: the store client's timeoutMs. */
   timeoutMs?: number;
   /** Key namespace, so several groups can share one store. Default "rdzv/". */
@@ -55,6 +58,7 @@ type Listener = (w: WorkerInfo) => void;
 /** The group as this worker sees it: a snapshot that keeps itself up to date. */
 export class Membership {
   private readonly members = new Map<string, WorkerInfo>();
+  private readonly cuda = new Map<string, number>();
   private readonly joins = new Set<Listener>();
   private readonly leaves = new Set<Listener>();
   private left = false;
@@ -83,6 +87,11 @@ export class Membership {
   /** A member by name, or undefined. */
   get(name: string): WorkerInfo | undefined {
     return this.members.get(name);
+  }
+
+  /** How many CUDA devices member `name` has (0 when it did not say: an older worker). */
+  cudaDevices(name: string): number {
+    return this.cuda.get(name) ?? 0;
   }
 
   /** Calls `cb` for every worker that joins from now on; returns an unsubscribe. */
@@ -119,7 +128,10 @@ export class Membership {
     this.members.clear();
     for (const v of snapshot.values()) {
       const w = decode(v);
-      if (w && isWorker(w)) this.members.set(w.name, info(w));
+      if (w && isWorker(w)) {
+        this.members.set(w.name, info(w));
+        this.cuda.set(w.name, cudaOf(w));
+      }
     }
     this.ready = true;
     for (const e of this.early.splice(0)) this.apply(e);
@@ -137,9 +149,11 @@ export class Membership {
     if (!w || !isWorker(w) || w.name === this.self.name) return;
     if (e.kind === "set" && !this.members.has(w.name)) {
       this.members.set(w.name, info(w));
+      this.cuda.set(w.name, cudaOf(w));
       for (const cb of this.joins) cb(info(w));
     } else if (e.kind === "delete" && this.members.get(w.name)?.id === w.id) {
       this.members.delete(w.name);
+      this.cuda.delete(w.name);
       for (const cb of this.leaves) cb(info(w));
     }
   }
@@ -170,7 +184,7 @@ export async function rendezvous(store: StoreClient, opts: RendezvousOptions): P
       throw new ValueError(
         `rank ${rank} is already taken by worker "${decode(heldRank)?.name}": give worker "${name}" a different rank`,
       );
-    const nameClaim = JSON.stringify({ ...self, token });
+    const nameClaim = JSON.stringify({ ...self, cuda: opts.cudaDevices ?? 0, token });
     const heldName = (await store.compareSet(`${p}worker/${name}`, null, nameClaim, { ephemeral: true }))!;
     if (heldName.toString() !== nameClaim) {
       await store.delete(`${p}rank/${rank}`);
@@ -223,7 +237,12 @@ interface Claim {
   id?: number;
   host?: string;
   port?: number;
+  cuda?: number;
   token: string;
+}
+
+function cudaOf(c: Claim): number {
+  return Number.isSafeInteger(c.cuda) && c.cuda! > 0 ? c.cuda! : 0;
 }
 
 function decode(v: Buffer | undefined): Claim | null {
@@ -247,10 +266,10 @@ function decodeFailure(v: Buffer): string | null {
   }
 }
 
-function isWorker(c: Claim): c is Required<Claim> {
+function isWorker(c: Claim): c is Required<Omit<Claim, "cuda">> & Claim {
   return Number.isInteger(c.id) && typeof c.host === "string" && Number.isInteger(c.port);
 }
 
-function info(c: Required<Claim>): WorkerInfo {
+function info(c: Required<Omit<Claim, "cuda">>): WorkerInfo {
   return { name: c.name, id: c.id, host: c.host, port: c.port };
 }
