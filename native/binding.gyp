@@ -31,7 +31,9 @@
         "src/channels/shm/binding.cc",
         "src/channels/shared.cc",
         "src/channels/cma.cc",
-        "src/channels/ucx.cc",
+        "src/channels/ucx_api.cc",
+        "src/channels/ucx/core.cc",
+        "src/channels/ucx/binding.cc",
         "src/channels/register.cc",
         "src/gpu/gpu.cc"
       ],
