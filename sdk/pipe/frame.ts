@@ -16,7 +16,15 @@
  *   9  1  target device type (0 cpu, 1 cuda)
  *   10 2  target device index
  *   12 4  descriptor length
- * Then every descriptor, in order, then the body.
+ * Then every descriptor, in order, then the body. The bodies of HELLO,
+ * ACCEPT, SETUP and REFUSE are one msgpack value each (./codec.ts,
+ * ./handshake.ts); a MESSAGE body is the rpc layer's bytes.
+ *
+ * Versions: the first 4 header bytes keep this layout in every version, so
+ * a frame of another version is recognised as such and fails with
+ * PipeVersionError naming both (an acceptor answers it with REFUSE first).
+ * Version 1 carried the handshake bodies as JSON with base64 inside;
+ * version 2 carries them as msgpack with binary fields as bytes.
  *
  * `FrameCutter` cuts a stream of chunks into frames, treating the bytes as
  * hostile: bounded sizes, a ProtocolError on the first violation (the pipe
@@ -26,21 +34,38 @@
 import { ProtocolError } from "../errors/index.js";
 import type { DeviceRef } from "../channel/interface.js";
 
-export const PIPE_VERSION = 1;
+/** The pipe protocol version, byte 3 of every frame header (see the file comment). */
+export const PIPE_VERSION = 2;
 export const FRAME_HEADER_BYTES = 16;
 export const ENTRY_BYTES = 16;
 
 export enum FrameKind {
-  /** Connector → acceptor: capabilities (JSON). */
+  /** Connector → acceptor: capabilities (msgpack). */
   HELLO = 1,
-  /** Acceptor → connector: capabilities and the channel choice (JSON). */
+  /** Acceptor → connector: capabilities and the channel choice (msgpack: { caps, negotiation, channels }). */
   ACCEPT = 2,
-  /** A channel's setup message to its peer instance (JSON: { c: channel index, m: value }). */
+  /** A channel's setup message to its peer instance (msgpack: { c: channel index, m: value }). */
   SETUP = 3,
   /** An rpc message: control bytes plus buffers moved by channels. */
   MESSAGE = 4,
-  /** Acceptor → connector: the pipe cannot be opened (JSON: { reason }). */
+  /** Acceptor → connector: the pipe cannot be opened (msgpack: { reason }). */
   REFUSE = 5,
+}
+
+/** A frame of another pipe protocol version: the peer runs another tprpc version. */
+export class PipeVersionError extends ProtocolError {
+  constructor(
+    /** The version in the peer's frame header. */
+    readonly remoteVersion: number,
+    /** PIPE_VERSION. */
+    readonly localVersion: number = PIPE_VERSION,
+    peer = "the peer",
+  ) {
+    super(
+      `${peer} speaks pipe protocol version ${remoteVersion}, this worker speaks version ${localVersion}; ` +
+        "run the same tprpc version on every worker",
+    );
+  }
 }
 
 export const FRAME_LIMITS = {
@@ -167,11 +192,9 @@ export class FrameCutter {
   private parseHead(b: Uint8Array): { kind: FrameKind; body: number; count: number } {
     if (b[0] !== 0x54 || b[1] !== 0x51)
       throw new ProtocolError("bad pipe frame: wrong magic; the peer is not a tprpc worker or the stream lost sync");
+    // NB: the version before the kind: another version may have other kinds
+    if (b[3] !== PIPE_VERSION) throw new PipeVersionError(b[3]!);
     if (!KINDS.has(b[2]!)) throw new ProtocolError(`bad pipe frame: unknown kind ${b[2]}`);
-    if (b[3] !== PIPE_VERSION)
-      throw new ProtocolError(
-        `bad pipe frame: version ${b[3]}, this worker speaks ${PIPE_VERSION}; run the same tprpc version on every worker`,
-      );
     const v = new DataView(b.buffer, b.byteOffset, FRAME_HEADER_BYTES);
     const body = v.getUint32(4, true);
     const count = v.getUint32(8, true);

@@ -6,5 +6,8 @@
 import "../channel/backends.js";
 
 export { Pipe, type PipeInfo, type PipeMessage, type PipeOptions, type ReceivedMessage } from "./pipe.js";
+export { PIPE_TRANSITIONS, IllegalPipeTransitionError, type PipeState } from "./state.js";
+export { PIPE_VERSION, PipeVersionError } from "./frame.js";
+export { encodeHandshake, decodeHandshake } from "./handshake.js";
 export { negotiate, parseChannelList, CAPABILITIES_VERSION, type Negotiation } from "./negotiate.js";
 export { hostIdentity, localCapabilities, checkAllowedChannels } from "./capabilities.js";

@@ -2,26 +2,37 @@
  * A pipe: the one link between two workers for messages from the side that
  * opened it. Control bytes (the rpc layer's header and payload) go over an
  * authenticated transport connection; each tensor buffer goes through the
- * channel negotiated for its (source device, target device) pair.
+ * channel negotiated for its (source device, target device) pair. ./frame.ts
+ * has the byte layout; the handshake bodies are msgpack (./handshake.ts).
  *
- * Opening, step by step (./frame.ts has the byte layout):
- * 1. The connector has an authenticated connection (sdk/transport) and sends
- *    HELLO with its Capabilities (./capabilities.ts).
- * 2. The acceptor runs `negotiate()` (./negotiate.ts) and answers ACCEPT with
- *    its Capabilities, the choice per device pair and the channel table (the
- *    chosen names, in index order) — or REFUSE with a reason.
- * 3. Both sides create the chosen channels at once; their setup messages
- *    travel as SETUP frames tagged with the channel index. The pipe is ready
- *    when every channel is; sends made before are queued in order, and
- *    MESSAGE frames that arrive before are held.
+ * States, step by step (`pipe.state`; ./state.ts holds the table of legal
+ * transitions, and `transition` throws on any other):
+ * 1. handshaking, from construction: the connector has an authenticated
+ *    connection (sdk/transport) and sends HELLO with its Capabilities
+ *    (./capabilities.ts); the acceptor waits for HELLO.
+ * 2. handshaking → settingUp: the acceptor got HELLO, ran `negotiate()`
+ *    (./negotiate.ts) and answered ACCEPT with its Capabilities, the choice
+ *    per device pair and the channel table (the chosen names, in index
+ *    order); the connector got that ACCEPT and checked the choice. Both
+ *    create the chosen channels at once; their setup messages travel as SETUP
+ *    frames tagged with the channel index. Until step 4, sends are queued in
+ *    order and MESSAGE frames are held.
+ * 3. handshaking → refusing (acceptor): negotiation failed, or the HELLO is
+ *    of another pipe protocol version (PipeVersionError). REFUSE goes out with
+ *    the reason, the peer's bytes are ignored until it left, then step 5.
+ * 4. settingUp → open: every channel is ready; the opening timer stops,
+ *    `ready` resolves, held MESSAGE frames are delivered, queued sends go.
+ * 5. any state → closed: close() — ours, opening took over timeoutMs, the
+ *    connection broke, a ProtocolError (malformed or out-of-turn frame), a
+ *    failed channel, or the peer's REFUSE. Everything pending rejects with
+ *    WorkerUnavailableError naming the peer (ChannelNotViableError and
+ *    PipeVersionError pass as they are). Final; close() again does nothing.
  * Sending a message: for each buffer, `channel.send` (in order), then one
  * MESSAGE frame [head + entries, descriptors, control] on the connection;
  * the send resolves once the frame was written and every buffer's `done`.
  * Receiving: for each entry, allocate the destination on its target device
  * and `channel.recv` it (in frame order, so each channel sees its sends'
  * order); messages are delivered in frame order once all their buffers are in.
- * A broken connection, a ProtocolError or a failed channel closes the pipe;
- * everything pending rejects with WorkerUnavailableError naming the peer.
  */
 import { ChannelNotViableError, ProtocolError, WorkerUnavailableError } from "../errors/index.js";
 import { debug } from "../util/index.js";
@@ -39,8 +50,16 @@ import {
   bufferLength,
 } from "../channel/interface.js";
 import type { TransportConnection } from "../transport/interface.js";
-import { type Frame, FrameCutter, FrameKind, encodeFrameHead } from "./frame.js";
+import { type Frame, FrameCutter, FrameKind, PipeVersionError, encodeFrameHead } from "./frame.js";
+import {
+  type Accept,
+  type HandshakeBodies,
+  type HandshakeKind,
+  decodeHandshake,
+  encodeHandshake,
+} from "./handshake.js";
 import { type Negotiation, checkChoice, flipNegotiation, negotiate } from "./negotiate.js";
+import { type PipeState, PipeStateMachine } from "./state.js";
 
 export interface PipeOptions {
   /** This worker's capabilities (localCapabilities()). */
@@ -104,27 +123,6 @@ function defaultAllocate(n: number, device: DeviceRef): ChannelBuffer {
   return { kind: "cpu", bytes: new Uint8Array(ab, 0, n) };
 }
 
-const json = {
-  encode(v: unknown): Buffer {
-    return Buffer.from(
-      JSON.stringify(v, (_k, x: unknown) =>
-        x instanceof Uint8Array ? { $b: Buffer.from(x.buffer, x.byteOffset, x.byteLength).toString("base64") } : x,
-      ),
-    );
-  },
-  decode(b: Uint8Array): unknown {
-    try {
-      return JSON.parse(Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString("utf8"), (_k, x: unknown) =>
-        x && typeof x === "object" && typeof (x as { $b?: unknown }).$b === "string" && Object.keys(x).length === 1
-          ? new Uint8Array(Buffer.from((x as { $b: string }).$b, "base64"))
-          : x,
-      );
-    } catch (e) {
-      throw new ProtocolError(`bad pipe frame: body is not JSON (${(e as Error).message})`);
-    }
-  },
-};
-
 interface Queued {
   msg: PipeMessage;
   resolve: () => void;
@@ -139,14 +137,14 @@ interface Boot {
 
 export class Pipe {
   private readonly cutter: FrameCutter;
+  private readonly sm = new PipeStateMachine();
+  /** The peer's capabilities; set on HELLO / ACCEPT (info() shows its offer). */
   private remoteCaps: Capabilities | null = null;
   private negotiation: Negotiation = { choice: {}, missing: {} };
   private channelNames: string[] = [];
   private channels: Channel[] = [];
   private readonly pairIndex = new Map<DevicePairKey, number>();
   private boots: Boot[] = [];
-  private isReady = false;
-  private refused = false;
   private readonly sendQueue: Queued[] = [];
   private readonly held: Frame[] = [];
   private msgCb: ((m: ReceivedMessage) => void) | null = null;
@@ -154,11 +152,11 @@ export class Pipe {
   private deliveryChain: Promise<void> = Promise.resolve();
   private inFlight = 0;
   private closeError: Error | null = null;
-  closed = false;
   readonly ready: Promise<void>;
   private readyRes!: () => void;
   private readyRej!: (e: Error) => void;
-  private timer: NodeJS.Timeout | null;
+  /** Bounds steps 1–4; cleared on open and on close. */
+  private readonly timer: NodeJS.Timeout;
 
   private constructor(
     private readonly conn: TransportConnection,
@@ -177,12 +175,24 @@ export class Pipe {
     );
     this.cutter = new FrameCutter((f) => this.onFrame(f));
     conn.onData((chunk) => {
-      if (this.closed) return;
+      // NB: refusing ignores the peer: closing now would drop the REFUSE still being written
+      if (this.state === "closed" || this.state === "refusing") return;
       try {
         this.cutter.push(chunk);
       } catch (e) {
-        debug(1, "pipe", `closing the pipe to ${this.peer}: ${(e as Error).message}`);
-        this.close(e as Error);
+        // NB: bytes after a refused HELLO in the same chunk are ignored, as later chunks are; the cast because
+        // TypeScript keeps the narrowing from before push(), which may have moved the state
+        if ((this.state as PipeState) === "refusing") return;
+        let err = e as Error;
+        // NB: the cutter knows no names; say which peer speaks the other version
+        if (err instanceof PipeVersionError)
+          err = new PipeVersionError(err.remoteVersion, err.localVersion, `worker "${this.peer}"`);
+        if (err instanceof PipeVersionError && this.role === "acceptor" && this.state === "handshaking") {
+          this.refuse(err);
+          return;
+        }
+        debug(1, "pipe", `closing the pipe to ${this.peer}: ${err.message}`);
+        this.close(err);
       }
     });
     conn.onClose((e) =>
@@ -197,9 +207,15 @@ export class Pipe {
 
   /** Opens a pipe over a fresh connection to `peer`; resolves once it is ready. */
   static async connect(conn: TransportConnection, peer: string, opts: PipeOptions): Promise<Pipe> {
+    const p = Pipe.open(conn, peer, opts);
+    await p.ready;
+    return p;
+  }
+
+  /** Starts opening a pipe to `peer` (sends HELLO) and returns it at once, handshaking; `ready` tells when it is open. */
+  static open(conn: TransportConnection, peer: string, opts: PipeOptions): Pipe {
     const p = new Pipe(conn, "connector", peer, opts);
     p.write(FrameKind.HELLO, opts.local).catch(() => undefined);
-    await p.ready;
     return p;
   }
 
@@ -212,6 +228,16 @@ export class Pipe {
     return this.peer;
   }
 
+  /** Where the pipe is in its life (see the file comment). */
+  get state(): PipeState {
+    return this.sm.state;
+  }
+
+  /** True once the pipe closed (state "closed"). */
+  get closed(): boolean {
+    return this.sm.state === "closed";
+  }
+
   /** Receives every message, in order. One listener. */
   onMessage(cb: (m: ReceivedMessage) => void): void {
     this.msgCb = cb;
@@ -219,7 +245,7 @@ export class Pipe {
 
   /** Called once when the pipe closes: null after our own close(), else why. */
   onClose(cb: (e: Error | null) => void): void {
-    if (this.closed) cb(this.closeError);
+    if (this.state === "closed") cb(this.closeError);
     else this.closeCbs.push(cb);
   }
 
@@ -240,8 +266,8 @@ export class Pipe {
 
   /** Sends one message (see the file comment); rejects if the pipe closes first or no channel serves a buffer's pair. */
   send(msg: PipeMessage): Promise<void> {
-    if (this.closed) return Promise.reject(this.closedError());
-    if (!this.isReady) return new Promise((resolve, reject) => this.sendQueue.push({ msg, resolve, reject }));
+    if (this.state === "closed") return Promise.reject(this.closedError());
+    if (this.state !== "open") return new Promise((resolve, reject) => this.sendQueue.push({ msg, resolve, reject }));
     return this.sendNow(msg);
   }
 
@@ -283,111 +309,93 @@ export class Pipe {
       (e: Error) => {
         // NB: a buffer that could not be moved leaves the peer waiting for it: the pipe is unusable
         this.close(e);
-        throw this.closed ? this.closedError(e) : e;
+        throw this.state === "closed" ? this.closedError(e) : e;
       },
     );
   }
 
-  private write(kind: FrameKind, value: unknown): Promise<void> {
-    const body = json.encode(value);
-    return this.conn.write([encodeFrameHead(kind, body.byteLength, []), body]);
+  private write<K extends HandshakeKind>(kind: K, body: HandshakeBodies[K]): Promise<void> {
+    return this.conn.write(encodeHandshake(kind, body));
   }
 
+  /** One frame from the peer; throws ProtocolError on a malformed or out-of-turn one (the pipe then closes). */
   private onFrame(f: Frame): void {
-    if (this.refused) return;
+    if (this.state === "refusing") return;
     switch (f.kind) {
       case FrameKind.MESSAGE:
-        if (!this.isReady) this.held.push(f);
+        if (this.state !== "open") this.held.push(f);
         else this.onMessageFrame(f);
         return;
       case FrameKind.SETUP: {
-        const m = json.decode(f.body) as { c?: unknown; m?: unknown };
-        const boot = typeof m?.c === "number" ? this.boots[m.c] : undefined;
-        if (!boot) throw new ProtocolError(`bad pipe frame: setup message for unknown channel ${String(m?.c)}`);
-        if (boot.cb) boot.cb(m.m as SetupValue);
-        else boot.queue.push(m.m as SetupValue);
+        const { c, m } = decodeHandshake(FrameKind.SETUP, f.body);
+        // NB: no boots before settingUp, so a SETUP while handshaking fails here too
+        const boot = this.boots[c];
+        if (!boot) throw new ProtocolError(`bad pipe frame: setup message for unknown channel ${c}`);
+        if (boot.cb) boot.cb(m);
+        else boot.queue.push(m);
         return;
       }
       case FrameKind.HELLO:
-        if (this.role !== "acceptor" || this.remoteCaps) throw new ProtocolError("bad pipe frame: unexpected HELLO");
-        this.onHello(json.decode(f.body) as Capabilities);
+        if (this.role !== "acceptor" || this.state !== "handshaking")
+          throw new ProtocolError("bad pipe frame: unexpected HELLO");
+        this.onHello(decodeHandshake(FrameKind.HELLO, f.body));
         return;
-      case FrameKind.ACCEPT: {
-        if (this.role !== "connector" || this.remoteCaps) throw new ProtocolError("bad pipe frame: unexpected ACCEPT");
-        const a = json.decode(f.body) as { caps: Capabilities; negotiation: Negotiation; channels: string[] };
-        this.onAccept(a);
+      case FrameKind.ACCEPT:
+        if (this.role !== "connector" || this.state !== "handshaking")
+          throw new ProtocolError("bad pipe frame: unexpected ACCEPT");
+        this.onAccept(decodeHandshake(FrameKind.ACCEPT, f.body));
         return;
-      }
       case FrameKind.REFUSE: {
-        const r = json.decode(f.body) as { reason?: unknown };
-        this.close(new ChannelNotViableError(`worker "${this.peer}" refused the pipe: ${String(r?.reason)}`));
+        const { reason } = decodeHandshake(FrameKind.REFUSE, f.body);
+        this.close(new ChannelNotViableError(`worker "${this.peer}" refused the pipe: ${reason}`));
         return;
       }
     }
   }
 
-  private checkCaps(c: Capabilities): void {
-    const ok =
-      c !== null &&
-      typeof c === "object" &&
-      typeof c.name === "string" &&
-      typeof c.version === "number" &&
-      Array.isArray(c.channels) &&
-      c.channels.every(
-        (x) =>
-          x &&
-          typeof x.name === "string" &&
-          typeof x.domain === "string" &&
-          x.priorities &&
-          typeof x.priorities === "object",
-      ) &&
-      c.host !== null &&
-      typeof c.host === "object" &&
-      c.devices !== null &&
-      typeof c.devices === "object";
-    if (!ok) throw new ProtocolError("bad pipe frame: malformed capabilities");
-  }
-
+  /** Step 2 on the acceptor (or step 3 when negotiation fails). */
   private onHello(caps: Capabilities): void {
-    this.checkCaps(caps);
     this.peer = caps.name;
     this.remoteCaps = caps;
     let n: Negotiation;
     try {
       n = negotiate(this.opts.local, caps);
     } catch (e) {
-      // NB: close only once REFUSE left (destroying the socket drops unsent bytes); ignore the peer meanwhile
-      this.refused = true;
-      void this.write(FrameKind.REFUSE, { reason: (e as Error).message })
-        .catch(() => undefined)
-        .then(() => this.close(e as Error));
+      this.refuse(e as Error);
       return;
     }
     this.negotiation = n;
     const names = [...new Set(Object.values(n.choice))].sort();
     this.write(FrameKind.ACCEPT, { caps: this.opts.local, negotiation: n, channels: names }).catch(() => undefined);
-    this.startChannels(names);
+    this.startChannels(names, caps);
   }
 
-  private onAccept(a: { caps: Capabilities; negotiation: Negotiation; channels: string[] }): void {
-    this.checkCaps(a?.caps);
-    if (!a.negotiation || typeof a.negotiation.choice !== "object" || !Array.isArray(a.channels))
-      throw new ProtocolError("bad pipe frame: malformed ACCEPT");
+  /** Step 3: answer REFUSE, ignore the peer meanwhile, then close with `why`. */
+  private refuse(why: Error): void {
+    this.sm.transition("refusing");
+    // NB: close only once REFUSE left (destroying the socket drops unsent bytes)
+    void this.write(FrameKind.REFUSE, { reason: why.message })
+      .catch(() => undefined)
+      .then(() => this.close(why));
+  }
+
+  /** Step 2 on the connector. */
+  private onAccept(a: Accept): void {
     this.remoteCaps = a.caps;
     const n = flipNegotiation(a.negotiation);
     checkChoice(this.opts.local, n);
     if (!Object.values(n.choice).every((c) => a.channels.includes(c)))
       throw new ProtocolError("bad pipe frame: ACCEPT's channel table lacks a chosen channel");
     this.negotiation = n;
-    this.startChannels(a.channels);
+    this.startChannels(a.channels, a.caps);
   }
 
-  /** Step 3: create the chosen channels, then flush what waited for them. */
-  private startChannels(names: string[]): void {
+  /** Steps 2 and 4: create the chosen channels, then open and flush what waited for them. */
+  private startChannels(names: string[], remote: Capabilities): void {
+    this.sm.transition("settingUp");
     this.channelNames = names;
     for (const [pair, name] of Object.entries(this.negotiation.choice))
       this.pairIndex.set(pair as DevicePairKey, names.indexOf(name));
-    const remote = this.remoteCaps!;
     const made = names.map((name, index) => {
       const ctx = getChannel(name);
       const advert = remote.channels.find((c) => c.name === name);
@@ -406,13 +414,14 @@ export class Pipe {
         secret: this.opts.secret,
         host: this.opts.host,
         timeoutMs: this.opts.timeoutMs,
-        send: (m) => (this.closed ? Promise.reject(this.closedError()) : this.write(FrameKind.SETUP, { c: index, m })),
+        send: (m) =>
+          this.state === "closed" ? Promise.reject(this.closedError()) : this.write(FrameKind.SETUP, { c: index, m }),
         onMessage: (cb) => {
           boot.cb = cb;
           for (const m of boot.queue.splice(0)) cb(m);
         },
         onClose: (cb) => {
-          if (this.closed) cb(this.closeError);
+          if (this.state === "closed") cb(this.closeError);
           else boot.closeCbs.push(cb);
         },
       };
@@ -420,14 +429,13 @@ export class Pipe {
     });
     Promise.all(made).then(
       (chs) => {
-        if (this.closed) {
+        if (this.state === "closed") {
           for (const c of chs) c.close();
           return;
         }
         this.channels = chs;
-        this.isReady = true;
-        if (this.timer) clearTimeout(this.timer);
-        this.timer = null;
+        this.sm.transition("open");
+        clearTimeout(this.timer);
         this.readyRes();
         try {
           for (const f of this.held.splice(0)) this.onMessageFrame(f);
@@ -491,7 +499,7 @@ export class Pipe {
   }
 
   private deliver(m: ReceivedMessage): void {
-    if (this.closed) return;
+    if (this.state === "closed") return;
     try {
       this.msgCb?.(m);
     } catch (e) {
@@ -502,17 +510,17 @@ export class Pipe {
 
   private closedError(cause?: Error): Error {
     const e = cause ?? this.closeError;
-    if (e instanceof WorkerUnavailableError || e instanceof ChannelNotViableError) return e;
+    if (e instanceof WorkerUnavailableError || e instanceof ChannelNotViableError || e instanceof PipeVersionError)
+      return e;
     return new WorkerUnavailableError(`the pipe to "${this.peer}" is closed${e ? ` (${e.message})` : ""}`, this.peer);
   }
 
   /** Closes the pipe and its channels; idempotent. Pending sends reject; onClose gets `error` (null when none). */
   close(error?: Error): void {
-    if (this.closed) return;
-    this.closed = true;
+    if (this.state === "closed") return;
+    this.sm.transition("closed");
     this.closeError = error ?? null;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
+    clearTimeout(this.timer);
     const why = this.closedError();
     this.readyRej(why);
     for (const q of this.sendQueue.splice(0)) q.reject(why);

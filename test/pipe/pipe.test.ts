@@ -1,7 +1,7 @@
 /**
  * The pipe in one process over a real TCP transport: the capability exchange
  * and channel choice, messages with buffers of every size class, the frame
- * cutter's checks on hostile bytes, and a version mismatch refused with a
+ * cutter's checks on hostile bytes, and a capability-version mismatch refused with a
  * ChannelNotViableError.
  */
 import { afterEach, describe, expect, it } from "vitest";
