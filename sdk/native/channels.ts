@@ -89,7 +89,7 @@ export interface NativeCmaCheck {
   reason?: string;
 }
 
-/** One UCX context + worker + endpoint to one peer (native/src/channels/ucx.cc). */
+/** One UCX context + worker + endpoint to one peer (native/src/channels/ucx/). */
 export interface NativeUcxChannel {
   /** This worker's address: send it to the peer, which passes it to `connect`. */
   readonly address: Uint8Array;

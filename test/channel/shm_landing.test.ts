@@ -1,5 +1,5 @@
 /**
- * The shm channel's landing blocks (sdk/channel/shm/tagged_channel.ts, native/src/channels/shm.cc):
+ * The shm channel's landing blocks (sdk/channel/shm/tagged_channel.ts, native/src/channels/shm/landing.cc):
  * a buffer of 64 KiB to 64 MiB is copied once, straight into shared memory the receiver offered,
  * and the receiver's pipe takes that memory as the received buffer.
  * 1. Channel level, with a real peer process (test/bench/channel_peer.ts): the first transfer of a

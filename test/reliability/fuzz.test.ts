@@ -16,7 +16,7 @@
 import { describe, expect, it } from "vitest";
 import { TprpcError, WorkerUnavailableError, tensor, zeros } from "../../sdk/index.js";
 import { FrameCutter, FrameKind, encodeFrameHead } from "../../sdk/pipe/frame.js";
-import { Pipe, localCapabilities } from "../../sdk/pipe/index.js";
+import { Pipe, encodeHandshake, localCapabilities } from "../../sdk/pipe/index.js";
 import { FrameDecoder, Op, encodeFrame, intField } from "../../sdk/rpc/rendezvous/protocol.js";
 import type { TransportConnection } from "../../sdk/transport/interface.js";
 import { MessageType, decodeControl, decodeMessage, encodeMessage } from "../../sdk/wire/index.js";
@@ -104,7 +104,7 @@ function wireSeeds(): Seed[] {
 }
 
 /** Capabilities with no channels: the acceptor negotiates none, so tensor-free messages flow at once. */
-const CAPS = Buffer.from(JSON.stringify(localCapabilities("fuzz-peer", [], { cpu: 1, cuda: 0 })));
+const CAPS = Buffer.from(encodeHandshake(FrameKind.HELLO, localCapabilities("fuzz-peer", [], { cpu: 1, cuda: 0 }))[1]!);
 
 /** A pipe stream: optionally a HELLO, then MESSAGE frames (with their buffer entries) of wire seeds. */
 function pipeStream(parts: Seed[], hello: boolean, withEntries: boolean): Seed {

@@ -22,7 +22,7 @@ import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rpc } from "../../sdk/index.js";
 import { FrameKind, encodeFrameHead } from "../../sdk/pipe/frame.js";
-import { localCapabilities } from "../../sdk/pipe/index.js";
+import { encodeHandshake, localCapabilities } from "../../sdk/pipe/index.js";
 import { StoreClient, parseTcpUrl } from "../../sdk/rpc/rendezvous/index.js";
 import { Op, encodeFrame } from "../../sdk/rpc/rendezvous/protocol.js";
 import { SERVER_REPLY_BYTES, clientHandshake } from "../../sdk/transport/auth.js";
@@ -110,7 +110,9 @@ async function handshake(c: Conn): Promise<{ hello: Buffer; proof: Buffer }> {
 
 /** What a peer sends on a worker's port once authenticated: HELLO (no channels), then REQUESTs to "rel.bump". */
 function pipeAttack(): Buffer {
-  const caps = Buffer.from(JSON.stringify(localCapabilities("intruder", [], { cpu: 1, cuda: 0 })));
+  const caps = Buffer.from(
+    encodeHandshake(FrameKind.HELLO, localCapabilities("intruder", [], { cpu: 1, cuda: 0 }))[1]!,
+  );
   const parts: Buffer[] = [encodeFrameHead(FrameKind.HELLO, caps.length, []), caps];
   for (let id = 1; id <= 3; id++) {
     const m = encodeMessage({

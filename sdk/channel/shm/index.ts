@@ -1,6 +1,6 @@
 /**
  * The shm channel: tensor bytes between two processes on one host through a
- * pair of shared-memory rings (native/src/channels/shm.cc: memfd segments
+ * pair of shared-memory rings (native/src/channels/shm/: memfd segments
  * passed over an abstract unix socket, futex wake-ups; nothing is named in
  * /dev/shm, so nothing can outlive both processes).
  *
@@ -15,7 +15,7 @@
  * resolves `done` once the bytes are in the ring; the descriptor carries the id
  * and length; recv() takes that record from the peer's ring into the
  * destination. Both sides copy concurrently (the ring is published per MiB).
- * Landing (./tagged_channel.ts, native/src/channels/shm.cc): buffers of 64 KiB to
+ * Landing (./tagged_channel.ts, native/src/channels/shm/landing.cc): buffers of 64 KiB to
  * 64 MiB go instead, in one copy, into blocks of the receiver's shared memory that
  * it offered after the first ring transfer of their size class, and the receiving
  * pipe takes the block as the received buffer (measured 4 MB round trip ~2.2 →

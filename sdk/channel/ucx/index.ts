@@ -1,6 +1,6 @@
 /**
  * The ucx channel: tensor bytes through UCX's UCP tag API (libucp loaded at run
- * time; native/src/channels/ucx.cc), the engine for InfiniBand/RoCE across
+ * time; native/src/channels/ucx/), the engine for InfiniBand/RoCE across
  * hosts. Which UCX transports carry the bytes is UCX's choice within
  * UCX_TLS (or TPRPC_UCX_TLS, which overrides it for tprpc only): on an IB host
  * the default picks the verbs transports (rc/dc/ud) on the active HCA ports
