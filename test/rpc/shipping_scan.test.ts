@@ -18,7 +18,7 @@ const cases: [string, string[], string[]?][] = [
     "class A { x = foo; static y = 2; #p = 3; get z() { return this.#p } static { init() } [Symbol.iterator](q) { return q } async *gen(a) { yield a } }",
     ["foo", "init", "Symbol"],
   ],
-  ["function f({a, b: c, ...d}, [e, f2] = [], g = dflt) { return a + c + d + e + f2 + g + zz }", ["zz"]],
+  ["function f({a, b: c, ...d}, [e, f2] = [], g = dflt) { return a + c + d + e + f2 + g + zz }", ["dflt", "zz"]],
   ["(o) => ({ a: 1, b, [key]: 2, get c() { return 3 }, m(x) { return x }, ...rest })", ["b", "key", "rest"]],
   ["() => { outer: for (const x of xs) { if (x) continue outer; } }", ["xs"]],
   ["(s) => `a ${s + t} b ${ {q: 1}.q } c` + /re{x}/g.source", ["t"]],
