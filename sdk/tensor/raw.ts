@@ -4,7 +4,7 @@
  * what differentiable ops (sdk/autograd) call in their forward and backward
  * rules, as ATen kernels are to PyTorch's autograd.
  */
-import { DTypeError, ShapeError } from "../errors/index.js";
+import { DTypeError, ShapeError, ValueError } from "../errors/index.js";
 import { arraysEqual } from "../util/index.js";
 import { getBackend } from "./backend/registry.js";
 import { type BinaryOp, COMPARISON_OPS, type ReduceOp, type UnaryOp } from "./backend/interface.js";
@@ -71,6 +71,9 @@ export function resultType(...ops: Operand[]): DType {
       if (o.ndim > 0) dimT = dimT ? promoteTypes(dimT, o.dtype) : o.dtype;
       else zeroT = zeroT ? promoteTypes(zeroT, o.dtype) : o.dtype;
     } else {
+      // NB: an op called with a missing operand (add(x), add()) must fail, not compute NaN
+      if (typeof o !== "number" && typeof o !== "boolean")
+        throw new ValueError(`expected a Tensor or a number as operand, got ${o === null ? "null" : typeof o}`);
       const d = scalarDType(o);
       wrapped = wrapped ? promoteTypes(wrapped, d) : d;
     }

@@ -10,6 +10,7 @@ import {
   IndexError,
   ShapeError,
   ValueError,
+  add,
   arange,
   cat,
   eye,
@@ -322,5 +323,14 @@ describeEachBackend("tensor", () => {
         .sort(),
     ).toEqual([0, 1, 2]);
     expect(() => multinomial(tensor([1, 1]), 3)).toThrow(ValueError);
+  });
+
+  it("refuses a missing or non-numeric operand instead of computing NaN (PyTorch's TypeError)", () => {
+    const x = tensor([1, 2]);
+    const addAny = add as unknown as (...a: unknown[]) => unknown;
+    expect(() => addAny()).toThrow(ValueError);
+    expect(() => addAny(x)).toThrow(/expected a Tensor or a number as operand, got undefined/);
+    expect(() => addAny(x, "1")).toThrow(ValueError);
+    expect(add(x, 1).toArray()).toEqual([2, 3]);
   });
 });
