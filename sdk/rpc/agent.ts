@@ -37,7 +37,14 @@ import { RRefContext } from "./rref_context.js";
 import { RpcPipe } from "./rpc_pipe.js";
 import { CallServer } from "./serving.js";
 import { ShutdownSync } from "./shutdown_sync.js";
-import { BuiltinIndex, Registry, ShippedCodeCache, type TargetRecord, describeTarget } from "./shipping/index.js";
+import {
+  BuiltinIndex,
+  Registry,
+  ShippedCodeCache,
+  type TargetRecord,
+  describeTarget,
+  shippedScopeOf,
+} from "./shipping/index.js";
 import { currentShippingScope } from "./shipping/scope.js";
 import { checkTimeoutMs } from "./timeouts.js";
 
@@ -265,7 +272,8 @@ export class Agent implements RRefHost {
       timeoutMs = timeoutMsOpt === undefined ? this.rpcTimeoutMs : checkTimeoutMs(timeoutMsOpt, "timeoutMs");
       this.workerInfo(to);
       out = hookOutgoing(to, "request", args);
-      if (target !== null) record = this.describe(target, currentShippingScope());
+      // NB: code that came here shipped is described in the scope it was compiled with (its helpers)
+      if (target !== null) record = this.describe(target, shippedScopeOf(target) ?? currentShippingScope());
     } catch (e) {
       return Promise.reject(e);
     }

@@ -18,6 +18,7 @@ import {
   Registry,
   ShippedCodeCache,
   ShippedCodeMissingError,
+  shippedScopeOf,
   UnknownTargetError,
   UnresolvedNameError,
   UnshippableValueError,
@@ -116,6 +117,21 @@ describe("code shipping", () => {
     const { ship } = pair(scope);
     const g = await ship<(n: number) => boolean>(f);
     expect([g(10), g(7)]).toEqual([true, false]);
+  });
+
+  it("ships code on from the callee, with the helpers it came with (a nested call forwarding it)", async () => {
+    const scope: Record<string, unknown> = {};
+    cell(scope, "function twice(n) { return 2 * n }\nexports.twice = twice;");
+    const f = cell(scope, "return (n) => twice(n) + 1") as CallTarget;
+    const first = pair(scope);
+    const g = await first.ship<(n: number) => number>(f);
+    expect(g(3)).toBe(7);
+    // on the callee `twice` is bound only inside the compiled code: forwarding needs its compile scope
+    const second = pair(shippedScopeOf(g));
+    expect(shippedScopeOf(g)).toBeDefined();
+    const h = await second.ship<(n: number) => number>(g as CallTarget);
+    expect(h(5)).toBe(11);
+    expect(() => pair({}).describeIt(g as CallTarget)).toThrow(UnresolvedNameError);
   });
 
   it("ships a class extending the callee's own nn.Module (instanceof holds there), with super calls", async () => {

@@ -14,6 +14,9 @@
  * 3. Build one factory `(function (tprpc, exports, deps, ...names) { const dep = ...; return (source); })`,
  *    dependencies declared so that one referenced by another comes first (a base class before
  *    the class extending it); run it with `vm.Script.runInThisContext`.
+ * 4. Remember the dependencies as the scope of the compiled function and of each shipped
+ *    dependency (shippedScopeOf), so this worker can ship them on (a nested call forwarding
+ *    code that came with its helpers finds them there).
  */
 import vm from "node:vm";
 import { BuiltinIndex } from "./builtins.js";
@@ -29,6 +32,13 @@ export interface CompileContext {
 }
 
 const DEPS = "__tprpc_deps__";
+
+const shippedScopes = new WeakMap<object, object>();
+
+/** The names a function compiled here from shipped code was compiled with (its dependencies), or undefined. */
+export function shippedScopeOf(fn: unknown): object | undefined {
+  return typeof fn === "function" || (typeof fn === "object" && fn !== null) ? shippedScopes.get(fn) : undefined;
+}
 
 export function compileShipped(record: SourceRecord, ctx: CompileContext): unknown {
   const builtins = BuiltinIndex.of(ctx.sdk);
@@ -81,7 +91,13 @@ export function compileShipped(record: SourceRecord, ctx: CompileContext): unkno
   const filename = `tprpc-shipped/${mainName.replace(/[^\w$-]/g, "_")}-${record.hash.slice(0, 12)}.js`;
   const factory = new vm.Script(code, { filename }).runInThisContext() as (...args: unknown[]) => unknown;
   const exportsObject: Record<string, unknown> = { tprpc: ctx.sdk };
-  return factory(ctx.sdk, exportsObject, values, ...bound.values());
+  const compiled = factory(ctx.sdk, exportsObject, values, ...bound.values());
+  // NB: `tprpc` is not a dependency: the next callee binds its own SDK under that name
+  const scope: Record<string, unknown> = Object.create(null);
+  for (const name of depNames) scope[name] = exportsObject[name];
+  for (const v of [compiled, ...sources.keys()].map((n) => (typeof n === "string" ? scope[n] : n)))
+    if (typeof v === "function") shippedScopes.set(v, scope);
+  return compiled;
 }
 
 /** Rewrites a `ReferenceError: X is not defined` thrown by shipped code into an `UnresolvedNameError` naming X. */

@@ -18,7 +18,7 @@
  */
 export { BuiltinIndex } from "./builtins.js";
 export { ShippedCodeCache, type ShippedCodeCacheOptions } from "./cache.js";
-export { compileShipped, explainReferenceError, type CompileContext } from "./compile.js";
+export { compileShipped, explainReferenceError, shippedScopeOf, type CompileContext } from "./compile.js";
 export { describeTarget, type CallTarget, type DescribeContext } from "./describe.js";
 export { ShippedCodeMissingError, UnknownTargetError, UnresolvedNameError, UnshippableValueError } from "./errors.js";
 export { scanFreeNames, type FreeNameScan } from "./free_names.js";
