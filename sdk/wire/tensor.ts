@@ -4,13 +4,17 @@
  * Encoding (extension 0x10), one tensor:
  * 1. Pick the bytes to send. A contiguous tensor sends exactly its view's bytes, a
  *    zero-copy window on its storage (so a small slice of a big storage costs only the
- *    slice). A non-contiguous view is compacted first (raw.contiguous: one copy of
- *    numel × itemSize bytes).
+ *    slice). A non-contiguous view keeps its strides, as PyTorch's do, when the window
+ *    of storage it spans is at most STRIDED_SPAN_FACTOR times its own bytes (a column
+ *    slice, a transpose, an expand): that window is sent as it is. A view spread thinly
+ *    over a larger storage is compacted instead (raw.contiguous: one copy of
+ *    numel × itemSize bytes), and arrives contiguous.
  * 2. Tensors of one message that view the same bytes of one storage (same storage,
- *    offset and numel, e.g. `x` and `x.view(2, 2)`) share one buffer, and arrive
- *    sharing one Storage.
- * 3. The descriptor is `[dtype, shape, bufferIndex, device, requiresGrad]`; strides are
- *    always the contiguous strides of `shape`, so they are not sent.
+ *    window, e.g. `x` and `x.view(2, 2)`) share one buffer, and arrive sharing one
+ *    Storage.
+ * 3. The descriptor is `[dtype, shape, bufferIndex, device, requiresGrad]` for a tensor
+ *    laid out contiguously from the buffer's start, else the same plus
+ *    `[strides, offset]` within the buffer.
  * Decoding validates every field (hostile input) and rebuilds the tensor over the
  * received bytes without a copy when they are aligned for the dtype, else copies them
  * into an aligned array.
@@ -27,7 +31,31 @@ import { WIRE_EXT, type WireDecodeContext, type WireEncodeContext, defineWireTyp
 export const MAX_TENSOR_DIMS = 64;
 
 /** The descriptor as it travels in the payload. */
-export type TensorDescriptor = [dtype: DType, shape: number[], buffer: number, device: string, requiresGrad: boolean];
+export type TensorDescriptor =
+  | [dtype: DType, shape: number[], buffer: number, device: string, requiresGrad: boolean]
+  | [
+      dtype: DType,
+      shape: number[],
+      buffer: number,
+      device: string,
+      requiresGrad: boolean,
+      strides: number[],
+      offset: number,
+    ];
+
+/** A strided view is sent as the window it spans when that is at most this many times its own bytes. */
+export const STRIDED_SPAN_FACTOR = 4;
+
+/** The storage elements a non-empty view with non-negative strides reaches: [first, last + 1). */
+function spanOf(t: Tensor): [number, number] | null {
+  let last = t.offset;
+  for (let i = 0; i < t.shape.length; i++) {
+    const st = t.strides[i]!;
+    if (st < 0) return null;
+    last += (t.shape[i]! - 1) * st;
+  }
+  return [t.offset, last + 1];
+}
 
 const sentBuffers = new WeakMap<WireEncodeContext, Map<Storage, Map<string, number>>>();
 const receivedStorages = new WeakMap<WireDecodeContext, Map<string, Storage>>();
@@ -39,24 +67,30 @@ function bytesOf(data: StorageArray, offsetElems: number, byteLength: number): U
 export function encodeTensor(t: Tensor, ctx: WireEncodeContext): TensorDescriptor {
   const numel = t.numel();
   const byteLength = numel * itemSize(t.dtype);
-  let index: number;
-  if (t.isContiguous()) {
+  const window = (start: number, elems: number): number => {
     let byStorage = sentBuffers.get(ctx);
     if (!byStorage) sentBuffers.set(ctx, (byStorage = new Map()));
     let views = byStorage.get(t.storage);
     if (!views) byStorage.set(t.storage, (views = new Map()));
-    const key = `${t.offset}:${numel}`;
-    const seen = views.get(key);
-    if (seen !== undefined) index = seen;
-    else {
-      index = ctx.addBuffer(bytesOf(t.storage.data, t.offset, byteLength), t.device);
+    const key = `${start}:${elems}`;
+    let index = views.get(key);
+    if (index === undefined) {
+      index = ctx.addBuffer(bytesOf(t.storage.data, start, elems * itemSize(t.dtype)), t.device);
       views.set(key, index);
     }
-  } else {
-    const c = contiguous(t);
-    index = ctx.addBuffer(bytesOf(c.storage.data, c.offset, byteLength), t.device);
-  }
+    return index;
+  };
   ctx.tensors.push(t);
+  if (t.isContiguous() || numel === 0)
+    return [t.dtype, [...t.shape], window(t.offset, numel), t.device.toString(), t.requiresGrad];
+  const span = spanOf(t);
+  // NB: windows past 256 MiB are compacted: one copy costs less than sending up to 4x the bytes
+  if (span && span[1] - span[0] <= STRIDED_SPAN_FACTOR * numel && (span[1] - span[0]) * itemSize(t.dtype) <= 2 ** 28) {
+    const index = window(span[0], span[1] - span[0]);
+    return [t.dtype, [...t.shape], index, t.device.toString(), t.requiresGrad, [...t.strides], t.offset - span[0]];
+  }
+  const c = contiguous(t);
+  const index = ctx.addBuffer(bytesOf(c.storage.data, c.offset, byteLength), t.device);
   return [t.dtype, [...t.shape], index, t.device.toString(), t.requiresGrad];
 }
 
@@ -92,8 +126,9 @@ export function arrayFromBytes(dtype: DType, bytes: Uint8Array): StorageArray {
 }
 
 export function decodeTensor(data: unknown, ctx: WireDecodeContext): Tensor {
-  if (!Array.isArray(data) || data.length !== 5) throw bad("expected [dtype, shape, buffer, device, requiresGrad]");
-  const [dtype, shape, index, device, requiresGrad] = data as unknown[];
+  if (!Array.isArray(data) || (data.length !== 5 && data.length !== 7))
+    throw bad("expected [dtype, shape, buffer, device, requiresGrad] or that plus [strides, offset]");
+  const [dtype, shape, index, device, requiresGrad, stridesIn, offsetIn] = data as unknown[];
   if (typeof dtype !== "string" || !(DTYPES as readonly string[]).includes(dtype))
     throw bad(`unknown dtype ${JSON.stringify(dtype)}; expected one of ${DTYPES.join(", ")}`);
   const dt = dtype as DType;
@@ -109,7 +144,28 @@ export function decodeTensor(data: unknown, ctx: WireDecodeContext): Tensor {
   if (typeof index !== "number" || !Number.isInteger(index) || index < 0 || index >= ctx.buffers.length)
     throw bad(`buffer index ${String(index)} is out of range (the frame has ${ctx.buffers.length} buffers)`);
   const bytes = ctx.buffers[index]!;
-  if (numel * itemSize(dt) !== bytes.byteLength)
+  let strides = contiguousStrides(shape as number[]);
+  let offset = 0;
+  if (data.length === 7) {
+    // NB: hostile input: every element the view reaches must lie inside the buffer
+    if (
+      !Array.isArray(stridesIn) ||
+      stridesIn.length !== shape.length ||
+      !stridesIn.every((st) => typeof st === "number" && Number.isSafeInteger(st) && st >= 0)
+    )
+      throw bad(`strides ${JSON.stringify(stridesIn)} must be ${shape.length} non-negative integers`);
+    if (typeof offsetIn !== "number" || !Number.isSafeInteger(offsetIn) || offsetIn < 0)
+      throw bad(`offset ${String(offsetIn)} must be a non-negative integer`);
+    let last = offsetIn;
+    for (let i = 0; i < shape.length; i++) last += ((shape[i] as number) - 1) * (stridesIn[i] as number);
+    const elems = bytes.byteLength / itemSize(dt);
+    if (numel === 0 || !Number.isInteger(elems) || last >= elems || !Number.isSafeInteger(last))
+      throw bad(
+        `a view of shape ${JSON.stringify(shape)} with strides ${JSON.stringify(stridesIn)} at ${offsetIn} does not fit buffer ${index} (${bytes.byteLength} bytes)`,
+      );
+    strides = stridesIn as number[];
+    offset = offsetIn;
+  } else if (numel * itemSize(dt) !== bytes.byteLength)
     throw bad(
       `shape ${JSON.stringify(shape)} of ${dt} needs ${numel * itemSize(dt)} bytes but buffer ${index} has ${bytes.byteLength}`,
     );
@@ -128,7 +184,7 @@ export function decodeTensor(data: unknown, ctx: WireDecodeContext): Tensor {
   const key = `${index}:${dt}:${dev.toString()}`;
   let storage = storages.get(key);
   if (!storage) storages.set(key, (storage = new Storage(arrayFromBytes(dt, bytes), dt, dev)));
-  const t = new Tensor(storage, shape as number[], contiguousStrides(shape as number[]), 0);
+  const t = new Tensor(storage, shape as number[], strides, offset);
   if (requiresGrad) t.requiresGrad_(true);
   ctx.tensors.push(t);
   return t;

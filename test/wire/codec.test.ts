@@ -4,7 +4,20 @@
  * without a copy when their bytes are aligned.
  */
 import { describe, expect, it } from "vitest";
-import { DTYPES, type DType, RemoteError, Tensor, arange, randn, tensor, zeros, manualSeed } from "../../sdk/index.js";
+import {
+  DTYPES,
+  type DType,
+  Device,
+  ProtocolError,
+  RemoteError,
+  Tensor,
+  arange,
+  randn,
+  tensor,
+  zeros,
+  manualSeed,
+} from "../../sdk/index.js";
+import { decodeTensor } from "../../sdk/wire/tensor.js";
 import {
   HEADER_BYTES,
   MessageType,
@@ -88,6 +101,39 @@ describe("wire codec", () => {
     expect((back.payload as { x: Tensor }).x.toArray().slice(0, 5)).toEqual(big.toArray().slice(0, 5));
   });
 
+  it("keeps the strides of views that span little more than their own bytes, as PyTorch does", () => {
+    const base = arange(0, 25, 1, { dtype: "float32" }).reshape([5, 5]);
+    const view = base.narrow(1, 2, 2); // test_non_cont_tensors: 10 elements spanning 22
+    const t = base.transpose(0, 1);
+    const e = tensor([1, 2, 3], { dtype: "float32" }).reshape([3, 1]).expand([3, 4]); // stride 0
+    const { m, back } = roundTrip([view, t, e]);
+    expect(m.buffers.map((b) => b.byteLength)).toEqual([22 * 4, 25 * 4, 3 * 4]);
+    const [v2, t2, e2] = back.payload as Tensor[];
+    expect([v2!.isContiguous(), t2!.isContiguous(), e2!.isContiguous()]).toEqual([false, false, false]);
+    expect(v2!.stride()).toEqual(view.stride());
+    expect(e2!.stride()).toEqual([1, 0]);
+    expect(v2!.tolist()).toEqual(view.tolist());
+    expect(t2!.tolist()).toEqual(t.tolist());
+    expect(e2!.tolist()).toEqual(e.tolist());
+  });
+
+  it("refuses a strided descriptor that reaches outside its buffer", () => {
+    const ctx = () => ({ buffers: [new Uint8Array(22 * 4)], descriptors: [], tensors: [], mapDevice: Device.parse });
+    const ok = decodeTensor(["float32", [5, 2], 0, "cpu", false, [5, 1], 0], ctx() as never);
+    expect(ok.stride()).toEqual([5, 1]);
+    for (const [strides, offset] of [
+      [[5, 1], 1], // its last element would be the 23rd of 22
+      [[6, 1], 0],
+      [[5, -1], 0],
+      [[5], 0],
+      [[5, 1], -1],
+      [[5, 1.5], 0],
+    ] as const)
+      expect(() => decodeTensor(["float32", [5, 2], 0, "cpu", false, strides, offset], ctx() as never)).toThrow(
+        ProtocolError,
+      );
+  });
+
   it("compacts non-contiguous views and slices of big storages", () => {
     const base = arange(0, 1000, 1, { dtype: "float32" }).reshape([10, 100]);
     const t = base.transpose(0, 1); // non-contiguous, whole storage
@@ -97,9 +143,10 @@ describe("wire codec", () => {
     expect(m.buffers.map((b) => b.byteLength)).toEqual([4000, 400, 80]);
     const [t2, s2, c2] = back.payload as Tensor[];
     expect(t2!.tolist()).toEqual(t.tolist());
+    expect(t2!.isContiguous()).toBe(false); // the whole storage, transposed: sent as it is
     expect(s2!.tolist()).toEqual(slice.tolist());
     expect(c2!.tolist()).toEqual(col.tolist());
-    expect(c2!.isContiguous()).toBe(true);
+    expect(c2!.isContiguous()).toBe(true); // 20 elements spread over 902: compacted
   });
 
   it("sends a storage shared by full views once and rebuilds the sharing", () => {
