@@ -270,6 +270,10 @@ export class Agent implements RRefHost {
     let out: { values: unknown; ext: Record<string, unknown> | undefined };
     try {
       timeoutMs = timeoutMsOpt === undefined ? this.rpcTimeoutMs : checkTimeoutMs(timeoutMsOpt, "timeoutMs");
+      if (!Array.isArray(args))
+        throw new ValueError(
+          `the arguments of a call are an array (args = [x, y]), got ${args === null ? "null" : typeof args}`,
+        );
       this.workerInfo(to);
       out = hookOutgoing(to, "request", args);
       // NB: code that came here shipped is described in the scope it was compiled with (its helpers)
