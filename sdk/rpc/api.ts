@@ -85,44 +85,80 @@ export async function initRpc(name: string, options: InitRpcOptions = {}): Promi
   }
 }
 
+/** A function a call can target; its parameters type the call's `args`, its result the call's value. */
+type CallableTarget = (...args: never[]) => unknown;
+/** A class a call can target (constructed on the callee). */
+type ConstructibleTarget = abstract new (...args: never[]) => unknown;
+
 /**
  * Calls `target(...args)` on worker `to` (a name, a rank or a WorkerInfo) and resolves to its
- * value (RemoteError / RpcTimeoutError otherwise).
+ * value (RemoteError / RpcTimeoutError otherwise). With a function whose parameters `args` fit,
+ * the result is typed from it: `await rpcSync("w1", (x: Tensor) => x.sum().item(), [t])` is a
+ * number (arguments that do not fit fall back to the untyped form, whose result is unknown).
  */
+export function rpcSync<F extends CallableTarget>(
+  to: WorkerRef,
+  target: F,
+  args?: Readonly<Parameters<F>>,
+  opts?: CallOptions,
+): Promise<Awaited<ReturnType<F>>>;
+/** A class, a registered name, a builtin path or a "module.js#export" string; type the result with T. */
 export function rpcSync<T = unknown>(
   to: WorkerRef,
   target: unknown,
-  args: readonly unknown[] = [],
-  opts: CallOptions = {},
-): Promise<T> {
+  args?: readonly unknown[],
+  opts?: CallOptions,
+): Promise<T>;
+export function rpcSync(to: WorkerRef, target: unknown, args: readonly unknown[] = [], opts: CallOptions = {}) {
   try {
-    return current().call(to, target, args, opts) as Promise<T>;
+    return current().call(to, target, args, opts);
   } catch (e) {
     return Promise.reject(e);
   }
 }
 
 /** As rpcSync; the returned Promise is the Future. */
+export function rpcAsync<F extends CallableTarget>(
+  to: WorkerRef,
+  target: F,
+  args?: Readonly<Parameters<F>>,
+  opts?: CallOptions,
+): Promise<Awaited<ReturnType<F>>>;
 export function rpcAsync<T = unknown>(
   to: WorkerRef,
   target: unknown,
-  args: readonly unknown[] = [],
-  opts: CallOptions = {},
-): Promise<T> {
-  return rpcSync<T>(to, target, args, opts);
+  args?: readonly unknown[],
+  opts?: CallOptions,
+): Promise<T>;
+export function rpcAsync(to: WorkerRef, target: unknown, args: readonly unknown[] = [], opts: CallOptions = {}) {
+  return rpcSync(to, target, args, opts);
 }
 
 /**
  * Runs `target(...args)` (or `new target(...args)` for a class) on worker `to`
  * and returns an RRef to the result at once, without waiting for the call.
+ * The RRef's type follows a function's result or a class's instances.
  */
+export function remote<F extends CallableTarget>(
+  to: WorkerRef,
+  target: F,
+  args?: Readonly<Parameters<F>>,
+  opts?: CallOptions,
+): RRef<Awaited<ReturnType<F>>>;
+export function remote<C extends ConstructibleTarget>(
+  to: WorkerRef,
+  target: C,
+  args?: Readonly<ConstructorParameters<C>>,
+  opts?: CallOptions,
+): RRef<InstanceType<C>>;
 export function remote<T = unknown>(
   to: WorkerRef,
   target: unknown,
-  args: readonly unknown[] = [],
-  opts: CallOptions = {},
-): RRef<T> {
-  return current().remote<T>(to, target, args, opts);
+  args?: readonly unknown[],
+  opts?: CallOptions,
+): RRef<T>;
+export function remote(to: WorkerRef, target: unknown, args: readonly unknown[] = [], opts: CallOptions = {}) {
+  return current().remote(to, target, args, opts);
 }
 
 /** @internal the number of RRef values this worker owns (tests observe distributed reference counting). */
