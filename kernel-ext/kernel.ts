@@ -243,9 +243,13 @@ function wrapServer(mod: JupyterModule): void {
 async function exitCleanly(code: number): Promise<never> {
   debug(`exiting: shutting down the cluster (workers ${tprpc.cluster.livePids().join(", ") || "none"})`);
   const bound = new Promise((r) => setTimeout(r, 1_500).unref());
-  await Promise.race([tprpc.cluster.shutdown().catch(() => undefined), bound]);
-  tprpc.cluster.killAll();
-  process.exit(code);
+  try {
+    await Promise.race([tprpc.cluster.shutdown().catch(() => undefined), bound]);
+    tprpc.cluster.killAll();
+  } finally {
+    // NB: exit even if the above threw: the callers do not await this, so it must never reject
+    process.exit(code);
+  }
 }
 
 function installProcessHooks(): void {

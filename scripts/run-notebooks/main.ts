@@ -52,7 +52,10 @@ export async function runNotebooks(o: RunOptions): Promise<RunResult> {
   const server = await startServer({ rootDir, kernelName: o.kernelName });
   const stopOnSignal = (sig: NodeJS.Signals) => {
     log(`[notebooks] ${sig}: stopping the Jupyter server and its kernels`);
-    void server.stop().finally(() => process.exit(sig === "SIGINT" ? 130 : 143));
+    void server
+      .stop()
+      .catch((e: unknown) => log(`[notebooks] stopping the Jupyter server failed: ${(e as Error)?.stack ?? String(e)}`))
+      .finally(() => process.exit(sig === "SIGINT" ? 130 : 143));
   };
   process.once("SIGINT", stopOnSignal);
   process.once("SIGTERM", stopOnSignal);

@@ -64,6 +64,7 @@ export class Cluster {
     readonly name: string,
     private readonly local: LocalCluster,
   ) {
+    // NB: exited never rejects (the launcher settles it on exit and on a failed spawn)
     for (const w of local.workers)
       void w.exited.then((e) => this.exits.set(w.name, e.signal ? `signal ${e.signal}` : `code ${e.code}`));
   }

@@ -493,6 +493,7 @@ export class Agent implements RRefHost {
         failure = e as Error;
       }
     }
+    // NB: releaseAll() cannot reject: it only awaits notify(), which never does
     if (!this.rrefs.closed) void this.rrefs.releaseAll();
     this.closed = true;
     agentStopped(this);

@@ -72,7 +72,7 @@ function linger(server: StoreServer, port: number, ms: number): void {
   lingering.set(port, server);
   setTimeout(() => {
     if (lingering.get(port) === server) lingering.delete(port);
-    void server.close();
+    void server.close(); // NB: StoreServer.close() never rejects
   }, ms).unref();
 }
 

@@ -54,7 +54,7 @@ export interface RRefHost {
     args: unknown[],
     timeoutMs?: number,
   ): unknown;
-  /** One-way messages of the protocol above. */
+  /** One-way messages of the protocol above. Never rejects: a failed send is logged (debug) and dropped. */
   notify(
     to: string,
     kind: "forkRequest" | "childAccept" | "userDelete" | "collect",

@@ -90,6 +90,7 @@ export class CallServer {
     }
     const work = runServing(this.agent, () => this.reply(m, body, from, waits));
     this.running.add(work);
+    // NB: reply() never rejects: a failure is answered with ERROR (and a failed ERROR send is dropped)
     void work.finally(() => this.running.delete(work));
   }
 

@@ -41,8 +41,11 @@ function asyncAdd(to: string, x: Tensor, y: Tensor | number): Promise<Tensor> {
 }
 
 function asyncAddWithFutureCtor(to: string, x: Tensor, y: number, z: number): Promise<Tensor> {
-  return new Promise((resolve) => {
-    void tprpc.rpc.rpcAsync<Tensor>(to, tprpc.add, [x, y]).then((v) => resolve(v.add(z)));
+  return new Promise((resolve, reject) => {
+    tprpc.rpc
+      .rpcAsync<Tensor>(to, tprpc.add, [x, y])
+      .then((v) => resolve(v.add(z)))
+      .catch(reject);
   });
 }
 
@@ -75,8 +78,11 @@ class AsyncExecutionClass {
 
   // NB: PyTorch's classmethod; JS has none, and its body does not use the class: a static method
   static classAsyncAdd(to: string, x: Tensor, y: number, z: number): Promise<Tensor> {
-    return new Promise((resolve) => {
-      void tprpc.rpc.rpcAsync<Tensor>(to, tprpc.add, [x, y]).then((v) => resolve(v.add(z)));
+    return new Promise((resolve, reject) => {
+      tprpc.rpc
+        .rpcAsync<Tensor>(to, tprpc.add, [x, y])
+        .then((v) => resolve(v.add(z)))
+        .catch(reject);
     });
   }
 

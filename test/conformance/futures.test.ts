@@ -45,12 +45,18 @@ describe("futures", () => {
   it("runs a callback with the value; the future keeps its value (test_callback_simple)", async () => {
     const n = 2;
     let setByCb!: (t: Tensor) => void;
-    const setByCbValue = new Promise<Tensor>((resolve) => (setByCb = resolve));
-    const fut = rpc.rpcAsync<Tensor>("worker1", add, [ones([n, n]), ones([n, n])]);
-    void fut.then((ret) => {
-      expect(ret.tolist()).toEqual(full(n, 2));
-      setByCb(ret.clone().add(1));
+    let failCb!: (e: unknown) => void;
+    const setByCbValue = new Promise<Tensor>((resolve, reject) => {
+      setByCb = resolve;
+      failCb = reject;
     });
+    const fut = rpc.rpcAsync<Tensor>("worker1", add, [ones([n, n]), ones([n, n])]);
+    fut
+      .then((ret) => {
+        expect(ret.tolist()).toEqual(full(n, 2));
+        setByCb(ret.clone().add(1));
+      })
+      .catch(failCb);
     expect((await fut).tolist()).toEqual(full(n, 2));
     expect((await within(setByCbValue, 5_000, "the callback")).tolist()).toEqual(full(n, 3));
     expect((await fut).tolist()).toEqual(full(n, 2));
@@ -88,8 +94,11 @@ describe("futures", () => {
 
   it("uses a callback inside a call, on the callee, to reach a third worker (test_callback_in_rpc)", async () => {
     const addUseFutureCb = (to: string, x: Tensor, y: number, z: number) =>
-      new Promise((resolve) => {
-        void tprpc.rpc.rpcAsync<Tensor>(to, tprpc.add, [x, y]).then((v) => resolve(v.add(z)));
+      new Promise((resolve, reject) => {
+        tprpc.rpc
+          .rpcAsync<Tensor>(to, tprpc.add, [x, y])
+          .then((v) => resolve(v.add(z)))
+          .catch(reject);
       });
     const ret = await rpc.rpcSync<Tensor>("worker1", addUseFutureCb, ["worker2", ones([2, 2]), 1, 2]);
     expect(ret.tolist()).toEqual(full(2, 4));
@@ -132,8 +141,15 @@ describe("futures", () => {
   it("returns a future the callee completes from a callback (test_future_in_rpc)", async () => {
     const addUseFutureSetResult = (to: string, x: Tensor, y: number, z: number) => {
       let setResult!: (v: Tensor) => void;
-      const out = new Promise<Tensor>((resolve) => (setResult = resolve));
-      void tprpc.rpc.rpcAsync<Tensor>(to, tprpc.add, [x, y]).then((v) => setResult(v.add(z)));
+      let setError!: (e: unknown) => void;
+      const out = new Promise<Tensor>((resolve, reject) => {
+        setResult = resolve;
+        setError = reject;
+      });
+      tprpc.rpc
+        .rpcAsync<Tensor>(to, tprpc.add, [x, y])
+        .then((v) => setResult(v.add(z)))
+        .catch(setError);
       return out;
     };
     const ret = await rpc.rpcSync<Tensor>("worker1", addUseFutureSetResult, ["worker2", ones([2, 2]), 1, 2]);
@@ -143,10 +159,20 @@ describe("futures", () => {
   it("completes a future from a callback nested in a callback (test_future_nested_callback)", async () => {
     const addUseFutureNestedCb = (to: string, x: Tensor, y: number, z: number) => {
       let setResult!: (v: Tensor) => void;
-      const out = new Promise<Tensor>((resolve) => (setResult = resolve));
-      void tprpc.rpc.rpcAsync<Tensor>(to, tprpc.add, [x, y]).then((v1) => {
-        void tprpc.rpc.rpcAsync<Tensor>(to, tprpc.add, [v1, z]).then((v2) => setResult(v2));
+      let setError!: (e: unknown) => void;
+      const out = new Promise<Tensor>((resolve, reject) => {
+        setResult = resolve;
+        setError = reject;
       });
+      tprpc.rpc
+        .rpcAsync<Tensor>(to, tprpc.add, [x, y])
+        .then((v1) => {
+          tprpc.rpc
+            .rpcAsync<Tensor>(to, tprpc.add, [v1, z])
+            .then((v2) => setResult(v2))
+            .catch(setError);
+        })
+        .catch(setError);
       return out;
     };
     const ret = await rpc.rpcSync<Tensor>("worker2", addUseFutureNestedCb, ["worker3", ones([2, 2]), 1, 2]);

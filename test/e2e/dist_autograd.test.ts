@@ -86,7 +86,7 @@ describe("distributed autograd across 3 processes", () => {
     expect(distAutograd.currentContext()).toBe(ctx.id);
     // a later "cell": no async context carries over, the ambient one is current
     const y = await new Promise<Tensor>((resolve, reject) =>
-      setImmediate(() => rpc.rpcSync<Tensor>("worker1", "dist.nestedOuter", [x]).then(resolve, reject)),
+      setImmediate(() => void rpc.rpcSync<Tensor>("worker1", "dist.nestedOuter", [x]).then(resolve, reject)),
     );
     await distAutograd.backward(ctx.id, [y.sum()]);
     expect(distAutograd.getGradients(ctx.id).get(x)!.shape).toEqual([3]);

@@ -172,7 +172,7 @@ describe("hostile connections to a worker's port and the store's port", () => {
     });
   }, 60_000);
   afterAll(async () => {
-    await store?.close();
+    store?.close();
     await stopGroup(cluster);
   }, 30_000);
 

@@ -22,7 +22,7 @@ import {
 } from "../../sdk/rpc/rendezvous/index.js";
 
 const SECRET = "rendezvous-test-secret";
-const cleanup: (() => Promise<void>)[] = [];
+const cleanup: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c();
 });

@@ -262,7 +262,7 @@ export class StoreClient {
   }
 
   /** Closes the connection; pending requests reject. Idempotent. */
-  async close(): Promise<void> {
+  close(): void {
     this.fail(new RpcError(`the rendezvous store client for ${this.where} was closed`));
     this.sock.destroy();
   }

@@ -71,7 +71,13 @@ export class StoreServer {
   static async listen(opts: StoreServerOptions): Promise<StoreServer> {
     const server = net.createServer();
     const store = new StoreServer(server, opts);
-    server.on("connection", (sock) => store.accept(sock));
+    server.on("connection", (sock) => {
+      // NB: accept() rejects only if the onLog hook throws; that must not be an unhandled rejection
+      void store.accept(sock).catch((e: unknown) => {
+        debug(1, "store", `accepting a connection failed: ${(e as Error)?.stack ?? String(e)}`);
+        sock.destroy();
+      });
+    });
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
       server.listen(opts.port ?? 0, opts.host ?? "127.0.0.1", () => {
