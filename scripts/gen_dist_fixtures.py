@@ -24,7 +24,8 @@ test/e2e/dist_parity.test.ts:
 Usage: /usr/bin/python3 scripts/gen_dist_fixtures.py [--out PATH] [--bench-steps N] [--bench-only]
        npx prettier --write test/dist_autograd/fixtures   (CI checks the formatting of test/)
 (needs torch >= 1.13 with torch.distributed.rpc; Debian's python3-torch works).
-Also prints the time per training step of (b), for the benchmark comparison.
+With --bench-steps, also prints the time per training step of (b), for `npm run bench:dist`
+(bench/dist_step.ts).
 """
 import argparse
 import json

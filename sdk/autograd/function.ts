@@ -1,6 +1,6 @@
 /**
  * How a differentiable op records itself: compute the output with raw ops,
- * then `record(name, out, inputs, backward, saved)`. The backward closure is
+ * then `recordOp(name, out, inputs, backward, saved)`. The backward closure is
  * written right beside the forward and returns one gradient per input (null
  * for inputs that are not tensors or need none). Nothing is recorded in
  * noGrad mode or when no input requires grad.
@@ -16,7 +16,8 @@ export function needsGrad(inputs: readonly unknown[]): boolean {
   return isGradEnabled() && inputs.some((i) => i instanceof Tensor && i.requiresGrad);
 }
 
-export function record(
+/** Gives `out` the graph node of the op that computed it from `inputs` (when one needs grad); returns `out`. */
+export function recordOp(
   name: string,
   out: Tensor,
   inputs: readonly unknown[],

@@ -8,7 +8,7 @@ import "./methods.js";
 export { backward, grad, runBackward, accumulateIntoGrad, type BackwardOptions, type RootGrad } from "./engine.js";
 export { noGrad, enableGrad, isGradEnabled, setGradEnabled } from "./grad_mode.js";
 export { Node, FunctionNode, AccumulateGrad, SavedTensor, gradEdge, type BackwardFn } from "./node.js";
-export { record, needsGrad } from "./function.js";
+export { recordOp, needsGrad } from "./function.js";
 export { gradcheck, assertGradcheck, type GradcheckOptions, type GradcheckResult } from "./gradcheck.js";
 export * from "./ops/elementwise.js";
 export * from "./ops/reduce.js";

@@ -12,14 +12,14 @@ import { defaultGenerator, type Generator } from "../tensor/random.js";
 import * as raw from "../tensor/raw.js";
 import { Tensor, type GradHook } from "../tensor/tensor.js";
 import { backward } from "./engine.js";
-import { record } from "./function.js";
+import { recordOp } from "./function.js";
 import { inplace } from "./inplace.js";
 import type { Node } from "./node.js";
-import * as E from "./ops/elementwise.js";
-import * as I from "./ops/indexing.js";
-import * as L from "./ops/linalg.js";
-import * as R from "./ops/reduce.js";
-import * as V from "./ops/views.js";
+import * as elementwise from "./ops/elementwise.js";
+import * as indexing from "./ops/indexing.js";
+import * as linalg from "./ops/linalg.js";
+import * as reduce from "./ops/reduce.js";
+import * as views from "./ops/views.js";
 
 type Operand = Tensor | number | boolean;
 type Dims = number | readonly number[] | undefined;
@@ -72,9 +72,9 @@ declare module "../tensor/tensor.js" {
     var(dims?: Dims, opts?: { correction?: number; keepdim?: boolean }): Tensor;
     std(dims?: Dims, opts?: { correction?: number; keepdim?: boolean }): Tensor;
     max(): Tensor;
-    max(dim: number, keepdim?: boolean): R.ValuesIndices;
+    max(dim: number, keepdim?: boolean): reduce.ValuesIndices;
     min(): Tensor;
-    min(dim: number, keepdim?: boolean): R.ValuesIndices;
+    min(dim: number, keepdim?: boolean): reduce.ValuesIndices;
     amax(dims?: Dims, keepdim?: boolean): Tensor;
     argmax(dim?: number, keepdim?: boolean): Tensor;
     argmin(dim?: number, keepdim?: boolean): Tensor;
@@ -168,242 +168,242 @@ declare module "../tensor/tensor.js" {
 const shapeArgs = (args: (number | readonly number[])[]): number[] =>
   args.length === 1 && Array.isArray(args[0]) ? [...(args[0] as number[])] : (args as number[]);
 
-const P = Tensor.prototype;
+const proto = Tensor.prototype;
 
-Object.assign(P, {
+Object.assign(proto, {
   add(this: Tensor, o: Operand, alpha?: number) {
-    return E.add(this, o, alpha);
+    return elementwise.add(this, o, alpha);
   },
   sub(this: Tensor, o: Operand, alpha?: number) {
-    return E.sub(this, o, alpha);
+    return elementwise.sub(this, o, alpha);
   },
   mul(this: Tensor, o: Operand) {
-    return E.mul(this, o);
+    return elementwise.mul(this, o);
   },
   div(this: Tensor, o: Operand) {
-    return E.div(this, o);
+    return elementwise.div(this, o);
   },
   pow(this: Tensor, o: Operand) {
-    return E.pow(this, o);
+    return elementwise.pow(this, o);
   },
   neg(this: Tensor) {
-    return E.neg(this);
+    return elementwise.neg(this);
   },
   exp(this: Tensor) {
-    return E.exp(this);
+    return elementwise.exp(this);
   },
   log(this: Tensor) {
-    return E.log(this);
+    return elementwise.log(this);
   },
   log1p(this: Tensor) {
-    return E.log1p(this);
+    return elementwise.log1p(this);
   },
   expm1(this: Tensor) {
-    return E.expm1(this);
+    return elementwise.expm1(this);
   },
   sqrt(this: Tensor) {
-    return E.sqrt(this);
+    return elementwise.sqrt(this);
   },
   rsqrt(this: Tensor) {
-    return E.rsqrt(this);
+    return elementwise.rsqrt(this);
   },
   abs(this: Tensor) {
-    return E.abs(this);
+    return elementwise.abs(this);
   },
   sign(this: Tensor) {
-    return E.sign(this);
+    return elementwise.sign(this);
   },
   square(this: Tensor) {
-    return E.square(this);
+    return elementwise.square(this);
   },
   reciprocal(this: Tensor) {
-    return E.reciprocal(this);
+    return elementwise.reciprocal(this);
   },
   tanh(this: Tensor) {
-    return E.tanh(this);
+    return elementwise.tanh(this);
   },
   sigmoid(this: Tensor) {
-    return E.sigmoid(this);
+    return elementwise.sigmoid(this);
   },
   relu(this: Tensor) {
-    return E.relu(this);
+    return elementwise.relu(this);
   },
   gelu(this: Tensor, opts?: { approximate?: "none" | "tanh" }) {
-    return E.gelu(this, opts);
+    return elementwise.gelu(this, opts);
   },
   erf(this: Tensor) {
-    return E.erf(this);
+    return elementwise.erf(this);
   },
   sin(this: Tensor) {
-    return E.sin(this);
+    return elementwise.sin(this);
   },
   cos(this: Tensor) {
-    return E.cos(this);
+    return elementwise.cos(this);
   },
   floor(this: Tensor) {
-    return E.floor(this);
+    return elementwise.floor(this);
   },
   ceil(this: Tensor) {
-    return E.ceil(this);
+    return elementwise.ceil(this);
   },
   round(this: Tensor) {
-    return E.round(this);
+    return elementwise.round(this);
   },
   clamp(this: Tensor, lo?: number | null, hi?: number | null) {
-    return E.clamp(this, lo, hi);
+    return elementwise.clamp(this, lo, hi);
   },
   maximum(this: Tensor, o: Tensor) {
-    return E.maximum(this, o);
+    return elementwise.maximum(this, o);
   },
   minimum(this: Tensor, o: Tensor) {
-    return E.minimum(this, o);
+    return elementwise.minimum(this, o);
   },
   maskedFill(this: Tensor, m: Tensor, v: number | Tensor) {
-    return E.maskedFill(this, m, v);
+    return elementwise.maskedFill(this, m, v);
   },
   eq(this: Tensor, o: Operand) {
-    return E.eq(this, o);
+    return elementwise.eq(this, o);
   },
   ne(this: Tensor, o: Operand) {
-    return E.ne(this, o);
+    return elementwise.ne(this, o);
   },
   lt(this: Tensor, o: Operand) {
-    return E.lt(this, o);
+    return elementwise.lt(this, o);
   },
   le(this: Tensor, o: Operand) {
-    return E.le(this, o);
+    return elementwise.le(this, o);
   },
   gt(this: Tensor, o: Operand) {
-    return E.gt(this, o);
+    return elementwise.gt(this, o);
   },
   ge(this: Tensor, o: Operand) {
-    return E.ge(this, o);
+    return elementwise.ge(this, o);
   },
   logicalAnd(this: Tensor, o: Operand) {
-    return E.logicalAnd(this, o);
+    return elementwise.logicalAnd(this, o);
   },
   logicalOr(this: Tensor, o: Operand) {
-    return E.logicalOr(this, o);
+    return elementwise.logicalOr(this, o);
   },
   logicalNot(this: Tensor) {
-    return E.logicalNot(this);
+    return elementwise.logicalNot(this);
   },
   isnan(this: Tensor) {
-    return E.isnan(this);
+    return elementwise.isnan(this);
   },
 
   sum(this: Tensor, d?: Dims, k?: boolean) {
-    return R.sum(this, d, k);
+    return reduce.sum(this, d, k);
   },
   mean(this: Tensor, d?: Dims, k?: boolean) {
-    return R.mean(this, d, k);
+    return reduce.mean(this, d, k);
   },
   var(this: Tensor, d?: Dims, o?: { correction?: number; keepdim?: boolean }) {
-    return R.variance(this, d, o);
+    return reduce.variance(this, d, o);
   },
   std(this: Tensor, d?: Dims, o?: { correction?: number; keepdim?: boolean }) {
-    return R.std(this, d, o);
+    return reduce.std(this, d, o);
   },
   max(this: Tensor, dim?: number, k?: boolean) {
-    return dim === undefined ? R.max(this) : R.max(this, dim, k);
+    return dim === undefined ? reduce.max(this) : reduce.max(this, dim, k);
   },
   min(this: Tensor, dim?: number, k?: boolean) {
-    return dim === undefined ? R.min(this) : R.min(this, dim, k);
+    return dim === undefined ? reduce.min(this) : reduce.min(this, dim, k);
   },
   amax(this: Tensor, d?: Dims, k?: boolean) {
-    return R.amax(this, d, k);
+    return reduce.amax(this, d, k);
   },
   argmax(this: Tensor, d?: number, k?: boolean) {
-    return R.argmax(this, d, k);
+    return reduce.argmax(this, d, k);
   },
   argmin(this: Tensor, d?: number, k?: boolean) {
-    return R.argmin(this, d, k);
+    return reduce.argmin(this, d, k);
   },
   logsumexp(this: Tensor, d: Dims, k?: boolean) {
-    return R.logsumexp(this, d, k);
+    return reduce.logsumexp(this, d, k);
   },
   prod(this: Tensor, d?: number, k?: boolean) {
-    return R.prod(this, d, k);
+    return reduce.prod(this, d, k);
   },
 
   matmul(this: Tensor, o: Tensor) {
-    return L.matmul(this, o);
+    return linalg.matmul(this, o);
   },
   mm(this: Tensor, o: Tensor) {
-    return L.mm(this, o);
+    return linalg.mm(this, o);
   },
   bmm(this: Tensor, o: Tensor) {
-    return L.bmm(this, o);
+    return linalg.bmm(this, o);
   },
   softmax(this: Tensor, d: number) {
-    return I.softmax(this, d);
+    return indexing.softmax(this, d);
   },
   logSoftmax(this: Tensor, d: number) {
-    return I.logSoftmax(this, d);
+    return indexing.logSoftmax(this, d);
   },
 
   view(this: Tensor, ...s: (number | readonly number[])[]) {
-    return V.view(this, shapeArgs(s));
+    return views.view(this, shapeArgs(s));
   },
   reshape(this: Tensor, ...s: (number | readonly number[])[]) {
-    return V.reshape(this, shapeArgs(s));
+    return views.reshape(this, shapeArgs(s));
   },
   flatten(this: Tensor, a?: number, b?: number) {
-    return V.flatten(this, a, b);
+    return views.flatten(this, a, b);
   },
   permute(this: Tensor, ...d: (number | readonly number[])[]) {
-    return V.permute(this, shapeArgs(d));
+    return views.permute(this, shapeArgs(d));
   },
   transpose(this: Tensor, a: number, b: number) {
-    return V.transpose(this, a, b);
+    return views.transpose(this, a, b);
   },
   t(this: Tensor) {
-    return V.t(this);
+    return views.t(this);
   },
   narrow(this: Tensor, d: number, s: number, l: number) {
-    return V.narrow(this, d, s, l);
+    return views.narrow(this, d, s, l);
   },
   select(this: Tensor, d: number, i: number) {
-    return V.select(this, d, i);
+    return views.select(this, d, i);
   },
   slice(this: Tensor, d: number, s?: number, e?: number, st?: number) {
-    return V.slice(this, d, s, e, st);
+    return views.slice(this, d, s, e, st);
   },
   expand(this: Tensor, ...s: (number | readonly number[])[]) {
-    return V.expand(this, shapeArgs(s));
+    return views.expand(this, shapeArgs(s));
   },
   expandAs(this: Tensor, o: Tensor) {
-    return V.expand(this, o.shape);
+    return views.expand(this, o.shape);
   },
   squeeze(this: Tensor, d?: number) {
-    return V.squeeze(this, d);
+    return views.squeeze(this, d);
   },
   unsqueeze(this: Tensor, d: number) {
-    return V.unsqueeze(this, d);
+    return views.unsqueeze(this, d);
   },
   contiguous(this: Tensor) {
-    return V.contiguous(this);
+    return views.contiguous(this);
   },
   clone(this: Tensor) {
-    return V.clone(this);
+    return views.clone(this);
   },
   detach(this: Tensor) {
-    return V.detach(this);
+    return views.detach(this);
   },
   split(this: Tensor, s: number | readonly number[], d?: number) {
-    return V.split(this, s, d);
+    return views.split(this, s, d);
   },
   chunk(this: Tensor, c: number, d?: number) {
-    return V.chunk(this, c, d);
+    return views.chunk(this, c, d);
   },
   indexSelect(this: Tensor, d: number, i: Tensor) {
-    return I.indexSelect(this, d, i);
+    return indexing.indexSelect(this, d, i);
   },
   gather(this: Tensor, d: number, i: Tensor) {
-    return I.gather(this, d, i);
+    return indexing.gather(this, d, i);
   },
   scatterAdd(this: Tensor, d: number, i: Tensor, s: Tensor) {
-    return I.scatterAdd(this, d, i, s);
+    return indexing.scatterAdd(this, d, i, s);
   },
 
   to(this: Tensor, target: DType | DeviceLike) {
@@ -412,30 +412,30 @@ Object.assign(P, {
       const from = this.device;
       const out = toDevice(this, dev);
       if (out === this) return out;
-      return record("ToCopyBackward0", out, [this], (g) => [toDevice(g, from)]);
+      return recordOp("ToCopyBackward0", out, [this], (g) => [toDevice(g, from)]);
     }
-    return V.toDType(this, target as DType);
+    return views.toDType(this, target as DType);
   },
   float(this: Tensor) {
-    return V.toDType(this, "float32");
+    return views.toDType(this, "float32");
   },
   double(this: Tensor) {
-    return V.toDType(this, "float64");
+    return views.toDType(this, "float64");
   },
   long(this: Tensor) {
-    return V.toDType(this, "int64");
+    return views.toDType(this, "int64");
   },
   int(this: Tensor) {
-    return V.toDType(this, "int32");
+    return views.toDType(this, "int32");
   },
   bool(this: Tensor) {
-    return V.toDType(this, "bool");
+    return views.toDType(this, "bool");
   },
   half(this: Tensor) {
-    return V.toDType(this, "float16");
+    return views.toDType(this, "float16");
   },
   bfloat16(this: Tensor) {
-    return V.toDType(this, "bfloat16");
+    return views.toDType(this, "bfloat16");
   },
   cpu(this: Tensor) {
     return this.to("cpu");
@@ -472,57 +472,57 @@ Object.assign(P, {
   },
 
   add_(this: Tensor, o: Operand, alpha?: number) {
-    return inplace(this, () => E.add(this, o, alpha));
+    return inplace(this, () => elementwise.add(this, o, alpha));
   },
   sub_(this: Tensor, o: Operand, alpha?: number) {
-    return inplace(this, () => E.sub(this, o, alpha));
+    return inplace(this, () => elementwise.sub(this, o, alpha));
   },
   mul_(this: Tensor, o: Operand) {
-    return inplace(this, () => E.mul(this, o));
+    return inplace(this, () => elementwise.mul(this, o));
   },
   div_(this: Tensor, o: Operand) {
-    return inplace(this, () => E.div(this, o));
+    return inplace(this, () => elementwise.div(this, o));
   },
   pow_(this: Tensor, o: Operand) {
-    return inplace(this, () => E.pow(this, o));
+    return inplace(this, () => elementwise.pow(this, o));
   },
   neg_(this: Tensor) {
-    return inplace(this, () => E.neg(this));
+    return inplace(this, () => elementwise.neg(this));
   },
   exp_(this: Tensor) {
-    return inplace(this, () => E.exp(this));
+    return inplace(this, () => elementwise.exp(this));
   },
   sqrt_(this: Tensor) {
-    return inplace(this, () => E.sqrt(this));
+    return inplace(this, () => elementwise.sqrt(this));
   },
   tanh_(this: Tensor) {
-    return inplace(this, () => E.tanh(this));
+    return inplace(this, () => elementwise.tanh(this));
   },
   sigmoid_(this: Tensor) {
-    return inplace(this, () => E.sigmoid(this));
+    return inplace(this, () => elementwise.sigmoid(this));
   },
   relu_(this: Tensor) {
-    return inplace(this, () => E.relu(this));
+    return inplace(this, () => elementwise.relu(this));
   },
   clamp_(this: Tensor, lo?: number | null, hi?: number | null) {
-    return inplace(this, () => E.clamp(this, lo, hi));
+    return inplace(this, () => elementwise.clamp(this, lo, hi));
   },
   maskedFill_(this: Tensor, m: Tensor, v: number | Tensor) {
-    return inplace(this, () => E.maskedFill(this, m, v));
+    return inplace(this, () => elementwise.maskedFill(this, m, v));
   },
   addcmul_(this: Tensor, a: Tensor, b: Tensor, value = 1) {
-    return inplace(this, () => E.add(this, E.mul(a, b), value));
+    return inplace(this, () => elementwise.add(this, elementwise.mul(a, b), value));
   },
   addcdiv_(this: Tensor, a: Tensor, b: Tensor, value = 1) {
-    return inplace(this, () => E.add(this, E.div(a, b), value));
+    return inplace(this, () => elementwise.add(this, elementwise.div(a, b), value));
   },
   lerp_(this: Tensor, end: Tensor, w: number) {
-    return inplace(this, () => E.add(this, E.sub(end, this), w));
+    return inplace(this, () => elementwise.add(this, elementwise.sub(end, this), w));
   },
   copy_(this: Tensor, src: Tensor | number) {
     return inplace(this, () =>
       src instanceof Tensor
-        ? V.expand(V.toDType(src, this.dtype), this.shape)
+        ? views.expand(views.toDType(src, this.dtype), this.shape)
         : raw.binary("add", raw.empty(this.shape, this.dtype), src),
     );
   },
@@ -540,9 +540,9 @@ Object.assign(P, {
   },
 });
 
-Object.defineProperty(P, "mT", {
+Object.defineProperty(proto, "mT", {
   get(this: Tensor) {
-    return V.transpose(this, -2, -1);
+    return views.transpose(this, -2, -1);
   },
 });
 

@@ -144,7 +144,7 @@ export class Cluster {
         if (this.joined) {
           await rpc.shutdown({ graceful: true, timeoutMs: opts.timeoutMs ?? 10_000 });
           // NB: after the shutdown barrier the workers exit by themselves; give them the grace period first.
-          await waitAll(
+          await waitAllAtMost(
             this.local.workers.map((w) => w.exited),
             opts.graceMs ?? 3_000,
           );
@@ -204,7 +204,7 @@ export class Cluster {
 }
 
 /** Resolves when every promise has settled or after `ms`, whichever is first. */
-async function waitAll(ps: Promise<unknown>[], ms: number): Promise<void> {
+async function waitAllAtMost(ps: Promise<unknown>[], ms: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([Promise.allSettled(ps), new Promise((r) => (timer = setTimeout(r, ms)))]);
   clearTimeout(timer);

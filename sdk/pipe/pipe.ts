@@ -15,13 +15,13 @@
  *    per device pair and the channel table (the chosen names, in index
  *    order); the connector got that ACCEPT and checked the choice. Both
  *    create the chosen channels at once; their setup messages travel as SETUP
- *    frames tagged with the channel index. Until step 4, sends are queued in
- *    order and MESSAGE frames are held.
+ *    frames tagged with the channel index. Until step 4, sends wait in order
+ *    (sendsBeforeOpen) and so do the peer's MESSAGE frames (framesBeforeOpen).
  * 3. handshaking → refusing (acceptor): negotiation failed, or the HELLO is
  *    of another pipe protocol version (PipeVersionError). REFUSE goes out with
  *    the reason, the peer's bytes are ignored until it left, then step 5.
  * 4. settingUp → open: every channel is ready; the opening timer stops,
- *    `ready` resolves, held MESSAGE frames are delivered, queued sends go.
+ *    `ready` resolves, framesBeforeOpen are delivered, sendsBeforeOpen go.
  * 5. any state → closed: close() — ours, opening took over timeoutMs, the
  *    connection broke, a ProtocolError (malformed or out-of-turn frame), a
  *    failed channel, or the peer's REFUSE. Everything pending rejects with
@@ -123,15 +123,20 @@ function defaultAllocate(n: number, device: DeviceRef): ChannelBuffer {
   return { kind: "cpu", bytes: new Uint8Array(ab, 0, n) };
 }
 
-interface Queued {
+/** A send made before the pipe opened, waiting for step 4. */
+interface QueuedSend {
   msg: PipeMessage;
   resolve: () => void;
   reject: (e: Error) => void;
 }
 
-interface Boot {
-  queue: SetupValue[];
-  cb: ((m: SetupValue) => void) | null;
+/**
+ * The pipe's side of one channel being set up (what its ChannelBootstrap talks to): the peer's SETUP
+ * messages that came before the channel listened, the channel's listener, and its close listeners.
+ */
+interface ChannelSetup {
+  unread: SetupValue[];
+  listener: ((m: SetupValue) => void) | null;
   closeCbs: ((e: Error | null) => void)[];
 }
 
@@ -144,9 +149,11 @@ export class Pipe {
   private channelNames: string[] = [];
   private channels: Channel[] = [];
   private readonly pairIndex = new Map<DevicePairKey, number>();
-  private boots: Boot[] = [];
-  private readonly sendQueue: Queued[] = [];
-  private readonly held: Frame[] = [];
+  /** Per channel index, from settingUp on. */
+  private channelSetups: ChannelSetup[] = [];
+  private readonly sendsBeforeOpen: QueuedSend[] = [];
+  /** MESSAGE frames that came before the pipe opened, delivered in step 4. */
+  private readonly framesBeforeOpen: Frame[] = [];
   private msgCb: ((m: ReceivedMessage) => void) | null = null;
   private readonly closeCbs: ((e: Error | null) => void)[] = [];
   private deliveryChain: Promise<void> = Promise.resolve();
@@ -155,8 +162,8 @@ export class Pipe {
   readonly ready: Promise<void>;
   private readyRes!: () => void;
   private readyRej!: (e: Error) => void;
-  /** Bounds steps 1–4; cleared on open and on close. */
-  private readonly timer: NodeJS.Timeout;
+  /** The opening timer: bounds steps 1–4; cleared on open and on close. */
+  private readonly openTimer: NodeJS.Timeout;
 
   private constructor(
     private readonly conn: TransportConnection,
@@ -166,7 +173,7 @@ export class Pipe {
   ) {
     this.ready = new Promise((res, rej) => ((this.readyRes = res), (this.readyRej = rej)));
     this.ready.catch(() => undefined);
-    this.timer = setTimeout(
+    this.openTimer = setTimeout(
       () =>
         this.close(
           new WorkerUnavailableError(`the pipe to "${this.peer}" did not open within ${opts.timeoutMs} ms`, this.peer),
@@ -267,7 +274,8 @@ export class Pipe {
   /** Sends one message (see the file comment); rejects if the pipe closes first or no channel serves a buffer's pair. */
   send(msg: PipeMessage): Promise<void> {
     if (this.state === "closed") return Promise.reject(this.closedError());
-    if (this.state !== "open") return new Promise((resolve, reject) => this.sendQueue.push({ msg, resolve, reject }));
+    if (this.state !== "open")
+      return new Promise((resolve, reject) => this.sendsBeforeOpen.push({ msg, resolve, reject }));
     return this.sendNow(msg);
   }
 
@@ -323,16 +331,16 @@ export class Pipe {
     if (this.state === "refusing") return;
     switch (f.kind) {
       case FrameKind.MESSAGE:
-        if (this.state !== "open") this.held.push(f);
+        if (this.state !== "open") this.framesBeforeOpen.push(f);
         else this.onMessageFrame(f);
         return;
       case FrameKind.SETUP: {
         const { c, m } = decodeHandshake(FrameKind.SETUP, f.body);
-        // NB: no boots before settingUp, so a SETUP while handshaking fails here too
-        const boot = this.boots[c];
-        if (!boot) throw new ProtocolError(`bad pipe frame: setup message for unknown channel ${c}`);
-        if (boot.cb) boot.cb(m);
-        else boot.queue.push(m);
+        // NB: no channel setups before settingUp, so a SETUP while handshaking fails here too
+        const setup = this.channelSetups[c];
+        if (!setup) throw new ProtocolError(`bad pipe frame: setup message for unknown channel ${c}`);
+        if (setup.listener) setup.listener(m);
+        else setup.unread.push(m);
         return;
       }
       case FrameKind.HELLO:
@@ -400,8 +408,8 @@ export class Pipe {
       const ctx = getChannel(name);
       const advert = remote.channels.find((c) => c.name === name);
       if (!ctx || !advert) return Promise.reject(new ChannelNotViableError(`channel "${name}" is not available here`));
-      const boot: Boot = { queue: [], cb: null, closeCbs: [] };
-      this.boots[index] = boot;
+      const setup: ChannelSetup = { unread: [], listener: null, closeCbs: [] };
+      this.channelSetups[index] = setup;
       const bootstrap: ChannelBootstrap = {
         role: this.role,
         peerName: this.peer,
@@ -417,12 +425,12 @@ export class Pipe {
         send: (m) =>
           this.state === "closed" ? Promise.reject(this.closedError()) : this.write(FrameKind.SETUP, { c: index, m }),
         onMessage: (cb) => {
-          boot.cb = cb;
-          for (const m of boot.queue.splice(0)) cb(m);
+          setup.listener = cb;
+          for (const m of setup.unread.splice(0)) cb(m);
         },
         onClose: (cb) => {
           if (this.state === "closed") cb(this.closeError);
-          else boot.closeCbs.push(cb);
+          else setup.closeCbs.push(cb);
         },
       };
       return ctx.createChannel(bootstrap);
@@ -435,15 +443,15 @@ export class Pipe {
         }
         this.channels = chs;
         this.sm.transition("open");
-        clearTimeout(this.timer);
+        clearTimeout(this.openTimer);
         this.readyRes();
         try {
-          for (const f of this.held.splice(0)) this.onMessageFrame(f);
+          for (const f of this.framesBeforeOpen.splice(0)) this.onMessageFrame(f);
         } catch (e) {
           this.close(e as Error);
           return;
         }
-        for (const q of this.sendQueue.splice(0)) this.sendNow(q.msg).then(q.resolve, q.reject);
+        for (const q of this.sendsBeforeOpen.splice(0)) this.sendNow(q.msg).then(q.resolve, q.reject);
       },
       (e: Error) => {
         for (const p of made)
@@ -520,13 +528,13 @@ export class Pipe {
     if (this.state === "closed") return;
     this.sm.transition("closed");
     this.closeError = error ?? null;
-    clearTimeout(this.timer);
+    clearTimeout(this.openTimer);
     const why = this.closedError();
     this.readyRej(why);
-    for (const q of this.sendQueue.splice(0)) q.reject(why);
-    this.held.length = 0;
+    for (const q of this.sendsBeforeOpen.splice(0)) q.reject(why);
+    this.framesBeforeOpen.length = 0;
     for (const c of this.channels) c.close(why);
-    for (const b of this.boots) for (const cb of b?.closeCbs.splice(0) ?? []) cb(this.closeError);
+    for (const s of this.channelSetups) for (const cb of s?.closeCbs.splice(0) ?? []) cb(this.closeError);
     this.conn.close();
     for (const cb of this.closeCbs.splice(0)) cb(this.closeError);
   }

@@ -146,7 +146,7 @@ function readU64(view: DataView, off: number, what: string): number {
 
 /** The fixed header followed by the buffer table, as one Buffer. */
 export function encodeHeader(h: FrameHeader, buffers: readonly BufferDescriptor[]): Buffer {
-  // NB: from Node's Buffer pool, not a backing store per call (see smallBytes in sdk/channel/shm/pending.ts)
+  // NB: from Node's Buffer pool, not a backing store per call (see smallBytes in sdk/channel/native_common.ts)
   const out = Buffer.allocUnsafe(HEADER_BYTES + BUFFER_DESC_BYTES * buffers.length).fill(0);
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
   out[0] = WIRE_MAGIC0;

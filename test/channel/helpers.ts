@@ -7,7 +7,7 @@ import { afterAll, beforeAll, expect } from "vitest";
 import type { TaggedChannel } from "../../sdk/channel/shm/tagged_channel.js";
 import { rpc } from "../../sdk/index.js";
 import { startLocalWorkers, type LocalCluster } from "../../sdk/rpc/launcher.js";
-import { ChannelPeer } from "../bench/channel_peer.js";
+import { ChannelPeer } from "../native/channel_peer.js";
 
 /** Sets `env` in this process before the enclosing describe block's tests and restores it after them. */
 export function useEnv(env: Readonly<Record<string, string>>): void {
@@ -27,7 +27,7 @@ export function useEnv(env: Readonly<Record<string, string>>): void {
 }
 
 /**
- * For the enclosing describe block: `env` here and in a peer process (test/bench/channel_peer.ts) whose
+ * For the enclosing describe block: `env` here and in a peer process (test/native/channel_peer.ts) whose
  * shm channel to us is up before the tests; the peer is killed after them. Read the fields in tests.
  */
 export function useShmPeer(env: Readonly<Record<string, string>> = {}): { peer: ChannelPeer; channel: TaggedChannel } {

@@ -2,7 +2,7 @@
  * The shm channel's landing blocks (sdk/channel/shm/tagged_channel.ts, native/src/channels/shm/landing.cc):
  * a buffer of 64 KiB to 64 MiB is copied once, straight into shared memory the receiver offered,
  * and the receiver's pipe takes that memory as the received buffer.
- * 1. Channel level, with a real peer process (test/bench/channel_peer.ts): the first transfer of a
+ * 1. Channel level, with a real peer process (test/native/channel_peer.ts): the first transfer of a
  *    size class goes through the ring, the peer then offers blocks and the next send of that class
  *    lands; sizes just outside the landing range never land; a receiver that brings its own buffer
  *    gets a copy; echoes stay intact; after close no landing mapping is left in this process.
@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TaggedChannel } from "../../sdk/channel/shm/tagged_channel.js";
 import { type Tensor, rpc, zeros } from "../../sdk/index.js";
 import { loadNative } from "../../sdk/native/binding.js";
-import { pattern } from "../bench/channel_peer.js";
+import { pattern } from "../native/channel_peer.js";
 import { nativeOrSkip } from "../native/helpers.js";
 import { sameBytes, useRpcGroup, useShmPeer } from "./helpers.js";
 

@@ -3,7 +3,7 @@
  * zero-copy path for them (native/src/channels/shared.cc, sdk/channel/shm/tagged_channel.ts).
  * 1. Tensor level: shareMemory_ keeps the values of every dtype and every view, isShared says so,
  *    a second call is a no-op; without a provider it throws NotImplementedError.
- * 2. Channel level, with a real peer process (test/bench/channel_peer.ts): a shared buffer goes as
+ * 2. Channel level, with a real peer process (test/native/channel_peer.ts): a shared buffer goes as
  *    its file (sharedSends counts it) and the peer, which brings its own buffer, gets the bytes.
  * 3. Through rpc (master + one real worker, TPRPC_CHANNELS=shm): a shared tensor arrives shared
  *    (it was mapped, not copied) in both directions; the receiver's tensor never changes when the
@@ -19,7 +19,7 @@ import { type Tensor, manualSeed, randn, rpc, tensor, zeros } from "../../sdk/in
 import { nativeChannels } from "../../sdk/native/channels.js";
 import { collectGarbage } from "../../sdk/rpc/gc.js";
 import { setSharedMemoryProvider, sharedMemoryProvider } from "../../sdk/tensor/shared.js";
-import { pattern } from "../bench/channel_peer.js";
+import { pattern } from "../native/channel_peer.js";
 import { nativeOrSkip } from "../native/helpers.js";
 import { useRpcGroup, useShmPeer } from "./helpers.js";
 

@@ -6,7 +6,7 @@
  *    a namespace "tprpc-veth-<pid>" holding one end of a veth pair, the other end in ours,
  *    addresses 10.<a>.<b>.1 (ours) and .2 (theirs) on a /30.
  * 2. iperf3: a one-shot server in the namespace, a 3 s client here; its receiver bandwidth.
- * 3. tcp channel: the peer process (test/bench/channel_peer.ts) runs inside the namespace; 200 MB
+ * 3. tcp channel: the peer process (test/native/channel_peer.ts) runs inside the namespace; 200 MB
  *    echoes, bandwidth = bytes both ways / time (each direction runs alone, so it compares with
  *    iperf3's one-way figure).
  * 4. The veth pair and the namespace are deleted afterwards, whatever happened.
@@ -14,7 +14,7 @@
  */
 import { spawnSync } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ChannelPeer, pattern } from "../bench/channel_peer.js";
+import { ChannelPeer, pattern } from "../native/channel_peer.js";
 
 const NS = `tprpc-veth-${process.pid}`;
 const OURS = `tpv${process.pid % 100000}a`;

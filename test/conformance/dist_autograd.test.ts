@@ -93,7 +93,7 @@ function installHelpers(): string {
   };
   const multiDot = (ts: Tensor[]) => ts.slice(1).reduce((acc, t) => acc.matmul(t), ts[0]!);
   const simulateBackwardError = (t: Tensor) =>
-    T.autograd.record("SimulateBackwardError", t.detach(), [t], (g: Tensor) => {
+    T.autograd.recordOp("SimulateBackwardError", t.detach(), [t], (g: Tensor) => {
       if (state.simulateError) throw new Error("Simulate error on backward pass");
       return [g];
     });

@@ -1,11 +1,11 @@
 /**
  * The channel suite for the native channels (test/channel/{shm,cma,ucx}.test.ts): one channel
- * context here, its peer in a real child process (test/bench/channel_peer.ts).
+ * context here, its peer in a real child process (test/native/channel_peer.ts).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ChannelContext } from "../../sdk/channel/interface.js";
 import { WorkerUnavailableError } from "../../sdk/errors/index.js";
-import { ChannelPeer, devShm, openFds, pattern } from "../bench/channel_peer.js";
+import { ChannelPeer, devShm, openFds, pattern } from "./channel_peer.js";
 import { sameBytes, useEnv } from "../channel/helpers.js";
 
 /** A seeded generator (mulberry32), so sizes are the same on every run. */

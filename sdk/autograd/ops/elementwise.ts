@@ -11,7 +11,7 @@ import type { BinaryOp, UnaryOp } from "../../tensor/backend/interface.js";
 import { getBackend } from "../../tensor/backend/registry.js";
 import * as raw from "../../tensor/raw.js";
 import { Tensor } from "../../tensor/tensor.js";
-import { type Operand, record } from "../function.js";
+import { type Operand, recordOp } from "../function.js";
 
 const sumTo = (g: Tensor, x: Operand): Tensor | null => (x instanceof Tensor ? raw.sumToShape(g, x.shape) : null);
 
@@ -33,7 +33,7 @@ function checkMixed(op: string, a: Operand, b: Operand): void {
 export function add(a: Operand, b: Operand, alpha = 1): Tensor {
   const bb = alpha === 1 ? b : b instanceof Tensor ? raw.binary("mul", b, alpha) : Number(b) * alpha;
   const out = raw.binary("add", a, bb);
-  return record("AddBackward0", out, [a, b], (g) => [
+  return recordOp("AddBackward0", out, [a, b], (g) => [
     sumTo(g, a),
     b instanceof Tensor ? sumTo(alpha === 1 ? g : raw.binary("mul", g, alpha), b) : null,
   ]);
@@ -43,7 +43,7 @@ export function sub(a: Operand, b: Operand, alpha = 1): Tensor {
   checkMixed("sub", a, b);
   const bb = alpha === 1 ? b : b instanceof Tensor ? raw.binary("mul", b, alpha) : Number(b) * alpha;
   const out = raw.binary("sub", a, bb);
-  return record("SubBackward0", out, [a, b], (g) => [
+  return recordOp("SubBackward0", out, [a, b], (g) => [
     sumTo(g, a),
     b instanceof Tensor ? sumTo(raw.binary("mul", g, -alpha), b) : null,
   ]);
@@ -51,7 +51,7 @@ export function sub(a: Operand, b: Operand, alpha = 1): Tensor {
 
 export function mul(a: Operand, b: Operand): Tensor {
   const out = raw.binary("mul", a, b);
-  return record(
+  return recordOp(
     "MulBackward0",
     out,
     [a, b],
@@ -66,7 +66,7 @@ export function mul(a: Operand, b: Operand): Tensor {
 
 export function div(a: Operand, b: Operand): Tensor {
   const out = raw.binary("div", a, b);
-  return record(
+  return recordOp(
     "DivBackward0",
     out,
     [a, b],
@@ -82,7 +82,7 @@ export function pow(a: Operand, b: Operand): Tensor {
   if (!(a instanceof Tensor) && b instanceof Tensor) {
     // scalar ** tensor
     const out = raw.binary("pow", a, b);
-    return record(
+    return recordOp(
       "PowBackward2",
       out,
       [a, b],
@@ -91,7 +91,7 @@ export function pow(a: Operand, b: Operand): Tensor {
     );
   }
   const out = raw.binary("pow", a, b);
-  return record(
+  return recordOp(
     b instanceof Tensor ? "PowBackward1" : "PowBackward0",
     out,
     [a, b],
@@ -123,7 +123,7 @@ export function pow(a: Operand, b: Operand): Tensor {
 function floatUnaryOp(op: UnaryOp, name: string, reads: "x" | "out", deriv: (x: Tensor, out: Tensor) => Tensor) {
   return (x: Tensor): Tensor => {
     const out = raw.floatUnary(op, x);
-    return record(name, out, [x], (g) => [raw.binary("mul", g, deriv(x, out))], [reads === "x" ? x : out]);
+    return recordOp(name, out, [x], (g) => [raw.binary("mul", g, deriv(x, out))], [reads === "x" ? x : out]);
   };
 }
 
@@ -162,7 +162,7 @@ function sameTypeUnaryOp(
   return (x: Tensor): Tensor => {
     const out = raw.unary(op, x);
     const saved = deriv ? [reads === "x" ? x : out] : [];
-    return record(
+    return recordOp(
       name,
       out,
       [x],
@@ -176,7 +176,7 @@ export const neg = (x: Tensor): Tensor => {
   if (x.dtype === "bool")
     throw new DTypeError("Negation, the `-` operator, on a bool tensor is not supported. Use logicalNot() instead.");
   const out = raw.unary("neg", x);
-  return record("NegBackward0", out, [x], (g) => [raw.unary("neg", g)]);
+  return recordOp("NegBackward0", out, [x], (g) => [raw.unary("neg", g)]);
 };
 export const abs = sameTypeUnaryOp("abs", "AbsBackward0", "x", (x) => raw.unary("sign", x));
 export const sign = sameTypeUnaryOp("sign", "SignBackward0", "x", null);
@@ -190,7 +190,7 @@ export const round = sameTypeUnaryOp("round", "RoundBackward0", "x", null);
 export function gelu(x: Tensor, opts: { approximate?: "none" | "tanh" } = {}): Tensor {
   const tanhForm = opts.approximate === "tanh";
   const out = raw.floatUnary(tanhForm ? "geluTanh" : "gelu", x);
-  return record(
+  return recordOp(
     "GeluBackward0",
     out,
     [x],
@@ -213,7 +213,7 @@ export function clamp(x: Tensor, min?: number | null, max?: number | null): Tens
   const hi = max ?? Number.NaN;
   const isFloatBound = (!Number.isInteger(lo) && !Number.isNaN(lo)) || (!Number.isInteger(hi) && !Number.isNaN(hi));
   const out = isFloatBound ? raw.floatUnary("clamp", x, [lo, hi]) : raw.unary("clamp", x, [lo, hi]);
-  return record(
+  return recordOp(
     "ClampBackward1",
     out,
     [x],
@@ -230,7 +230,7 @@ export function clamp(x: Tensor, min?: number | null, max?: number | null): Tens
 function extremum(op: "maximum" | "minimum", a: Tensor, b: Tensor): Tensor {
   const out = raw.binary(op, a, b);
   const win: BinaryOp = op === "maximum" ? "gt" : "lt";
-  return record(
+  return recordOp(
     op === "maximum" ? "MaximumBackward0" : "MinimumBackward0",
     out,
     [a, b],
@@ -250,7 +250,7 @@ export const minimum = (a: Tensor, b: Tensor): Tensor => extremum("minimum", a, 
 
 export function where(cond: Tensor, a: Operand, b: Operand): Tensor {
   const out = raw.where(cond, a, b);
-  return record(
+  return recordOp(
     "WhereBackward0",
     out,
     [cond, a, b],
@@ -274,7 +274,7 @@ export function maskedFill(x: Tensor, mask: Tensor, value: number | Tensor): Ten
       `maskedFill: the mask of shape [${mask.shape.join(", ")}] must broadcast to the input's shape [${x.shape.join(", ")}]`,
     );
   const out = raw.where(mask, raw.scalarTensor(v, x.dtype), x);
-  return record("MaskedFillBackward0", out, [x], (g) => [raw.where(mask, 0, g)]);
+  return recordOp("MaskedFillBackward0", out, [x], (g) => [raw.where(mask, 0, g)]);
 }
 
 // Comparisons and logical ops: bool results, no gradient.

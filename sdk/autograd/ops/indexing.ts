@@ -7,12 +7,12 @@ import { getBackend } from "../../tensor/backend/registry.js";
 import * as raw from "../../tensor/raw.js";
 import { contiguousStrides, normDim } from "../../tensor/shape.js";
 import type { Tensor } from "../../tensor/tensor.js";
-import { record } from "../function.js";
+import { recordOp } from "../function.js";
 
 export function indexSelect(x: Tensor, dim: number, index: Tensor): Tensor {
   const out = raw.indexSelect(x, dim, index);
   const d = normDim(dim, x.ndim);
-  return record(
+  return recordOp(
     "IndexSelectBackward0",
     out,
     [x],
@@ -31,7 +31,7 @@ export function indexSelect(x: Tensor, dim: number, index: Tensor): Tensor {
 
 export function gather(x: Tensor, dim: number, index: Tensor): Tensor {
   const out = raw.gather(x, dim, index);
-  return record("GatherBackward0", out, [x], (g) => [raw.scatterAdd(raw.empty(x.shape, g.dtype), dim, index, g)], [
+  return recordOp("GatherBackward0", out, [x], (g) => [raw.scatterAdd(raw.empty(x.shape, g.dtype), dim, index, g)], [
     index,
   ]);
 }
@@ -39,7 +39,7 @@ export function gather(x: Tensor, dim: number, index: Tensor): Tensor {
 /** Out of place: x with src added at index along dim. */
 export function scatterAdd(x: Tensor, dim: number, index: Tensor, src: Tensor): Tensor {
   const out = raw.scatterAdd(x, dim, index, src);
-  return record(
+  return recordOp(
     "ScatterAddBackward0",
     out,
     [x, null, src],
@@ -65,7 +65,7 @@ export function embedding(input: Tensor, weight: Tensor, paddingIdx?: number): T
   const out = raw.asStrided(rows, shape, contiguousStrides(shape), 0);
   const n = weight.shape[0]!;
   const pad = paddingIdx === undefined ? undefined : paddingIdx < 0 ? paddingIdx + n : paddingIdx;
-  return record(
+  return recordOp(
     "EmbeddingBackward0",
     out,
     [null, weight],
@@ -86,7 +86,7 @@ export function embedding(input: Tensor, weight: Tensor, paddingIdx?: number): T
 export function softmax(x: Tensor, dim: number): Tensor {
   const d = normDim(dim, x.ndim);
   const out = raw.softmax(x, d, false);
-  return record("SoftmaxBackward0", out, [x], (g) => [raw.softmaxBackward(out, g, d, false)], [out]);
+  return recordOp("SoftmaxBackward0", out, [x], (g) => [raw.softmaxBackward(out, g, d, false)], [out]);
 }
 
 /**
@@ -96,7 +96,7 @@ export function softmax(x: Tensor, dim: number): Tensor {
  */
 export function maskedSoftmax(x: Tensor, mask: Tensor, divisor: number): Tensor {
   const out = raw.maskedSoftmax(x, mask, divisor);
-  return record(
+  return recordOp(
     "MaskedSoftmaxBackward",
     out,
     [x],
@@ -113,5 +113,5 @@ export function maskedSoftmax(x: Tensor, mask: Tensor, divisor: number): Tensor 
 export function logSoftmax(x: Tensor, dim: number): Tensor {
   const d = normDim(dim, x.ndim);
   const out = raw.softmax(x, d, true);
-  return record("LogSoftmaxBackward0", out, [x], (g) => [raw.softmaxBackward(out, g, d, true)], [out]);
+  return recordOp("LogSoftmaxBackward0", out, [x], (g) => [raw.softmaxBackward(out, g, d, true)], [out]);
 }

@@ -8,7 +8,7 @@ import { arraysEqual } from "../../util/index.js";
 import * as raw from "../../tensor/raw.js";
 import { contiguousStrides } from "../../tensor/shape.js";
 import type { Tensor } from "../../tensor/tensor.js";
-import { record } from "../function.js";
+import { recordOp } from "../function.js";
 
 function viewAs(t: Tensor, shape: readonly number[]): Tensor {
   // NB: the matmul kernels take any strides, so a tensor already of this shape needs no copy
@@ -28,7 +28,7 @@ function mT(t: Tensor): Tensor {
 
 export function matmul(a: Tensor, b: Tensor): Tensor {
   const out = raw.matmul(a, b);
-  return record(
+  return recordOp(
     "MmBackward0",
     out,
     [a, b],
@@ -53,7 +53,7 @@ export function matmul(a: Tensor, b: Tensor): Tensor {
 export function linear2d(x: Tensor, w: Tensor, b: Tensor | null): Tensor {
   const wT = mT(w);
   const out = b ? raw.addmm(b, x, wT) : raw.matmul(x, wT);
-  return record(
+  return recordOp(
     b ? "AddmmBackward0" : "MmBackward0",
     out,
     [x, w, b],

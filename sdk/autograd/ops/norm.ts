@@ -13,7 +13,7 @@ import { getBackend } from "../../tensor/backend/registry.js";
 import * as raw from "../../tensor/raw.js";
 import { contiguousStrides } from "../../tensor/shape.js";
 import type { Tensor } from "../../tensor/tensor.js";
-import { record } from "../function.js";
+import { recordOp } from "../function.js";
 
 function rowsView(t: Tensor, rows: number, d: number): Tensor {
   return raw.asStrided(t, [rows, d], [d, 1], t.offset);
@@ -47,7 +47,7 @@ export function layerNorm(
     rstd,
   );
   const y = raw.asStrided(out, x.shape, contiguousStrides(x.shape), 0);
-  return record(
+  return recordOp(
     "NativeLayerNormBackward0",
     y,
     [x, weight, bias],

@@ -8,7 +8,7 @@ import { type DType, getDefaultDType, isFloating } from "../../tensor/dtype.js";
 import * as raw from "../../tensor/raw.js";
 import { contiguousStrides, normDim, normDims } from "../../tensor/shape.js";
 import { Tensor } from "../../tensor/tensor.js";
-import { record } from "../function.js";
+import { recordOp } from "../function.js";
 import { div, mul, sub } from "./elementwise.js";
 
 export type Dims = number | readonly number[] | undefined;
@@ -30,7 +30,7 @@ export function sum(x: Tensor, dims?: Dims, keepdim = false, opts: { dtype?: DTy
   const d = normDims(dims, x.ndim);
   const src = opts.dtype ? raw.cast(x, opts.dtype) : x;
   const out = raw.reduce("sum", src, d, keepdim);
-  return record("SumBackward1", out, [x], (g) => [raw.cast(expandBack(g, x.shape, d, keepdim), x.dtype)]);
+  return recordOp("SumBackward1", out, [x], (g) => [raw.cast(expandBack(g, x.shape, d, keepdim), x.dtype)]);
 }
 
 export function mean(x: Tensor, dims?: Dims, keepdim = false): Tensor {
@@ -55,7 +55,7 @@ export function variance(x: Tensor, dims?: Dims, opts: { correction?: number; ke
 export function std(x: Tensor, dims?: Dims, opts: { correction?: number; keepdim?: boolean } = {}): Tensor {
   const v = variance(x, dims, opts);
   const out = raw.floatUnary("sqrt", v);
-  return record("SqrtBackward0", out, [v], (g) => [raw.binary("div", g, raw.binary("mul", out, 2))], [out]);
+  return recordOp("SqrtBackward0", out, [v], (g) => [raw.binary("div", g, raw.binary("mul", out, 2))], [out]);
 }
 
 export interface ValuesIndices {
@@ -66,7 +66,7 @@ export interface ValuesIndices {
 function extremeAll(op: "max" | "min", x: Tensor): Tensor {
   const all = normDims(undefined, x.ndim);
   const out = raw.reduce(op, x, all, false);
-  return record(
+  return recordOp(
     op === "max" ? "MaxBackward1" : "MinBackward1",
     out,
     [x],
@@ -86,7 +86,7 @@ function extremeDim(op: "max" | "min", x: Tensor, dim: number, keepdim: boolean)
   const valuesK = raw.gather(x, d, indicesK);
   const values = keepdim ? valuesK : raw.squeezeDims(valuesK, [d]);
   const indices = keepdim ? indicesK : raw.squeezeDims(indicesK, [d]);
-  record(
+  recordOp(
     op === "max" ? "MaxBackward0" : "MinBackward0",
     values,
     [x],
@@ -115,7 +115,7 @@ export function min(x: Tensor, dim?: number, keepdim = false): Tensor | ValuesIn
 export function amax(x: Tensor, dims?: Dims, keepdim = false): Tensor {
   const d = normDims(dims, x.ndim);
   const out = raw.reduce("max", x, d, keepdim);
-  return record(
+  return recordOp(
     "AmaxBackward0",
     out,
     [x],
@@ -148,7 +148,7 @@ export function logsumexp(x: Tensor, dims: Dims, keepdim = false): Tensor {
   const s = raw.reduce("sum", raw.unary("exp", raw.binary("sub", xf, m)), d, true);
   const outK = raw.binary("add", raw.unary("log", s), m);
   const out = keepdim ? outK : raw.squeezeDims(outK, d);
-  return record(
+  return recordOp(
     "LogsumexpBackward0",
     out,
     [x],
@@ -162,7 +162,7 @@ export function prod(x: Tensor, dim?: number, keepdim = false): Tensor {
   const d = dim === undefined ? normDims(undefined, x.ndim) : [normDim(dim, x.ndim)];
   const kd = dim === undefined ? false : keepdim;
   const out = raw.reduce("prod", x, d, kd);
-  return record(
+  return recordOp(
     "ProdBackward0",
     out,
     [x],

@@ -8,7 +8,7 @@ import { type DType, promoteTypes } from "../../tensor/dtype.js";
 import * as raw from "../../tensor/raw.js";
 import { contiguousStrides, inferShape, normDim, shapeStr, viewStrides } from "../../tensor/shape.js";
 import type { Tensor } from "../../tensor/tensor.js";
-import { asView, record } from "../function.js";
+import { asView, recordOp } from "../function.js";
 
 function makeView(x: Tensor, shape: readonly number[], strides: readonly number[], offset: number): Tensor {
   return asView(raw.asStrided(x, shape, strides, offset), x);
@@ -31,7 +31,7 @@ export function view(x: Tensor, shape: readonly number[]): Tensor {
         "contiguous subspaces). Use .reshape(...) instead.",
     );
   const out = makeView(x, target, s, x.offset);
-  return record("ViewBackward0", out, [x], (g) => [reshapeGrad(g, x.shape)]);
+  return recordOp("ViewBackward0", out, [x], (g) => [reshapeGrad(g, x.shape)]);
 }
 
 export function reshape(x: Tensor, shape: readonly number[]): Tensor {
@@ -66,7 +66,7 @@ export function permute(x: Tensor, dims: readonly number[]): Tensor {
   d.forEach((v, i) => {
     inv[v] = i;
   });
-  return record("PermuteBackward0", out, [x], (g) => [
+  return recordOp("PermuteBackward0", out, [x], (g) => [
     raw.asStrided(
       g,
       inv.map((i) => g.shape[i]!),
@@ -106,7 +106,7 @@ export function slice(x: Tensor, dim: number, start = 0, end?: number, step = 1)
   shape[d] = len;
   strides[d] = x.strides[d]! * step;
   const out = makeView(x, shape, strides, x.offset + s * x.strides[d]!);
-  return record("SliceBackward0", out, [x], (g) => {
+  return recordOp("SliceBackward0", out, [x], (g) => {
     const z = raw.empty(x.shape, g.dtype);
     raw.copyInto(
       raw.asStrided(
@@ -142,7 +142,7 @@ export function select(x: Tensor, dim: number, index: number): Tensor {
   const shape = x.shape.filter((_, k) => k !== d);
   const strides = x.strides.filter((_, k) => k !== d);
   const out = makeView(x, shape, strides, x.offset + i * x.strides[d]!);
-  return record("SelectBackward0", out, [x], (g) => {
+  return recordOp("SelectBackward0", out, [x], (g) => {
     const z = raw.empty(x.shape, g.dtype);
     const zs = contiguousStrides(x.shape);
     raw.copyInto(
@@ -166,13 +166,13 @@ export function expand(x: Tensor, shape: readonly number[]): Tensor {
     throw new ShapeError("expand(): -1 is not allowed in a leading, non-existing dimension");
   const out = asView(raw.expandTo(x, target), x);
   if (out === x) return x;
-  return record("ExpandBackward0", out, [x], (g) => [raw.sumToShape(g, x.shape)]);
+  return recordOp("ExpandBackward0", out, [x], (g) => [raw.sumToShape(g, x.shape)]);
 }
 
 export function squeeze(x: Tensor, dim?: number): Tensor {
   const dims = dim === undefined ? x.shape.map((_, i) => i) : [normDim(dim, x.ndim)];
   const out = asView(raw.squeezeDims(x, dims), x);
-  return record("SqueezeBackward0", out, [x], (g) => [reshapeGrad(g, x.shape)]);
+  return recordOp("SqueezeBackward0", out, [x], (g) => [reshapeGrad(g, x.shape)]);
 }
 
 export function unsqueeze(x: Tensor, dim: number): Tensor {
@@ -182,7 +182,7 @@ export function unsqueeze(x: Tensor, dim: number): Tensor {
   shape.splice(d, 0, 1);
   strides.splice(d, 0, d < x.ndim ? x.strides[d]! * x.shape[d]! : 1);
   const out = makeView(x, shape, strides, x.offset);
-  return record("UnsqueezeBackward0", out, [x], (g) => [reshapeGrad(g, x.shape)]);
+  return recordOp("UnsqueezeBackward0", out, [x], (g) => [reshapeGrad(g, x.shape)]);
 }
 
 export function contiguous(x: Tensor): Tensor {
@@ -191,7 +191,7 @@ export function contiguous(x: Tensor): Tensor {
 }
 
 export function clone(x: Tensor): Tensor {
-  return record("CloneBackward0", raw.copyAs(x), [x], (g) => [g]);
+  return recordOp("CloneBackward0", raw.copyAs(x), [x], (g) => [g]);
 }
 
 /** A tensor sharing storage that is cut off from the graph. */
@@ -206,7 +206,7 @@ export function toDType(x: Tensor, dtype: DType): Tensor {
   if (x.dtype === dtype) return x;
   const out = raw.copyAs(x, dtype);
   if (!out.isFloatingPoint()) return out;
-  return record("ToCopyBackward0", out, [x], (g) => [raw.cast(g, x.dtype)]);
+  return recordOp("ToCopyBackward0", out, [x], (g) => [raw.cast(g, x.dtype)]);
 }
 
 export function cat(tensors: readonly Tensor[], dim = 0): Tensor {
@@ -240,7 +240,7 @@ export function cat(tensors: readonly Tensor[], dim = 0): Tensor {
     raw.copyInto(raw.asStrided(out, sub, strides, at * strides[d]!), p);
     at += p.shape[d]!;
   }
-  return record("CatBackward0", out, parts, (g) =>
+  return recordOp("CatBackward0", out, parts, (g) =>
     parts.map((p, i) => {
       const sub = [...g.shape];
       sub[d] = p.shape[d]!;

@@ -12,7 +12,7 @@
  *     so the channel comes up on both sides or on neither (ChannelNotViableError
  *     with the reason, e.g. the Yama setting).
  * Buffers up to INLINE_MAX (16 KiB) ride inside their descriptor, on the control connection
- * (../shm/pending.ts); the data path below is for larger ones.
+ * (../native_common.ts); the data path below is for larger ones.
  * Transfers:
  *  1. send(): the descriptor is {id, length, address}; the pipe keeps the buffer
  *     alive and unchanged until `done`.
@@ -50,7 +50,7 @@ import {
   inlineDescriptor,
   takeInline,
   sameHostDomain,
-} from "../shm/pending.js";
+} from "../native_common.js";
 
 const DESCRIPTOR_BYTES = 25; // RECORD, then the fields
 

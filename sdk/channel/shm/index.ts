@@ -10,7 +10,7 @@
  *     is the pid the peer announced in its Capabilities (so no third process
  *     can take its place) and maps the other's ring.
  * Buffers up to INLINE_MAX (16 KiB) ride inside their descriptor, on the control connection
- * (../shm/pending.ts); the data path below is for larger ones.
+ * (../native_common.ts); the data path below is for larger ones.
  * Transfers: send() writes [id, length, bytes] into our ring in call order and
  * resolves `done` once the bytes are in the ring; the descriptor carries the id
  * and length; recv() takes that record from the peer's ring into the
@@ -38,7 +38,7 @@ import {
   type ChannelContext,
   type HostIdentity,
 } from "../interface.js";
-import { channelError, Inbox, pipeClosedError, INLINE_MAX, sameHostDomain } from "./pending.js";
+import { channelError, Inbox, pipeClosedError, INLINE_MAX, sameHostDomain } from "../native_common.js";
 import { TaggedChannel } from "./tagged_channel.js";
 
 /**

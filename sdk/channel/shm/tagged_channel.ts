@@ -37,7 +37,7 @@ import {
   RECORD,
   smallBytes,
   takeInline,
-} from "./pending.js";
+} from "../native_common.js";
 
 /** What the native connection offers: transfers keyed by id, in call order per direction. */
 export interface TaggedConnection {
@@ -74,7 +74,7 @@ const LANDED_BYTES = 13; // LANDED (or SHARED), then the block (transfer id) as 
 /** Smallest buffer worth landing (below: the ring; matches the native side's kLandMin). */
 const LAND_MIN = 64 << 10;
 
-// NB: descriptors come from Node's Buffer pool (no backing store of their own): see smallBytes in ./pending.ts
+// NB: descriptors come from Node's Buffer pool (no backing store of their own): see smallBytes in ../native_common.ts
 function encodeLanded(block: number, length: number, kind = LANDED): Uint8Array {
   const d = smallBytes(LANDED_BYTES);
   d[0] = kind;

@@ -12,7 +12,7 @@
  *  1. Each side creates a UCX context and worker and sends { address }.
  *  2. Each side connects an endpoint to the peer's worker address.
  * Buffers up to INLINE_MAX (16 KiB) ride inside their descriptor, on the control connection
- * (../shm/pending.ts); the data path below is for larger ones.
+ * (../native_common.ts); the data path below is for larger ones.
  * Transfers: send() is a tagged send with tag = a per-direction counter (the
  * descriptor carries it and the length); recv() posts the matching tagged
  * receive into the destination. Large sends complete (`done`) only once the
@@ -32,7 +32,7 @@ import {
   type ChannelBootstrap,
   type ChannelContext,
 } from "../interface.js";
-import { channelError, Inbox, pipeClosedError, INLINE_MAX } from "../shm/pending.js";
+import { channelError, Inbox, pipeClosedError, INLINE_MAX } from "../native_common.js";
 import { TaggedChannel } from "../shm/tagged_channel.js";
 
 /** The UCX transports tprpc asks for: TPRPC_UCX_TLS, else UCX's own UCX_TLS (or its default). */

@@ -10,7 +10,7 @@ import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { Tensor, ones, rpc } from "../../sdk/index.js";
+import { Tensor, ones, rpc } from "../sdk/index.js";
 
 export const SIZES = [0, 4_000, 4_000_000, 40_000_000, 400_000_000];
 export const ASYNC_SIZES = [0, 4_000];

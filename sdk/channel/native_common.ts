@@ -1,13 +1,14 @@
 /**
- * What the native channels (shm here, and ../cma, ../ucx) share on the TS side:
+ * What the native channels (./shm, ./cma, ./ucx) share on the TS side:
  * a set of pending operations that `close(error)` fails at once with the
  * caller's error, and the mapping of native failures to the channel layer's
  * typed errors (a dead peer is a WorkerUnavailableError naming it), the peer's setup
- * messages, and the same-host domain string.
+ * messages (Inbox), the same-host domain string, and the descriptor kinds with
+ * their helpers (inline transfers, small descriptor bytes).
  */
 import { randomUUID } from "node:crypto";
-import { ChannelNotViableError, NativeError, WorkerUnavailableError } from "../../errors/index.js";
-import type { ChannelBootstrap, HostIdentity, SetupValue } from "../interface.js";
+import { ChannelNotViableError, NativeError, WorkerUnavailableError } from "../errors/index.js";
+import type { ChannelBootstrap, HostIdentity, SetupValue } from "./interface.js";
 
 /** Pending operations of one channel; each settles once, by the native side or by failAll(). */
 export class Pending {
@@ -132,9 +133,9 @@ export function sameHostDomain(host: HostIdentity, namespaces: readonly string[]
  */
 export const INLINE = 1;
 export const RECORD = 0;
-/** shm: the bytes are already in the receiver's landing block named by the descriptor (./tagged_channel.ts). */
+/** shm: the bytes are already in the receiver's landing block named by the descriptor (./shm/tagged_channel.ts). */
 export const LANDED = 2;
-/** shm: a shared storage's file went to the receiver as transfer `id` (./tagged_channel.ts). */
+/** shm: a shared storage's file went to the receiver as transfer `id` (./shm/tagged_channel.ts). */
 export const SHARED = 3;
 export const INLINE_MAX = 16 * 1024;
 

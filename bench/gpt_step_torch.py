@@ -1,6 +1,6 @@
-# The PyTorch side of test/bench/gpt_step.ts: the same small character GPT (nanoGPT-style, pre-LayerNorm,
+# The PyTorch side of bench/gpt_step.ts: the same small character GPT (nanoGPT-style, pre-LayerNorm,
 # exact GELU, untied head), batch 32 x 64, forward + cross entropy + backward + AdamW, one thread.
-# Prints ms/step (median over the timed steps), tokens/s and process CPU time per step. Run: /usr/bin/python3 test/bench/gpt_step_torch.py
+# Prints ms/step (median over the timed steps), tokens/s and process CPU time per step. Run: /usr/bin/python3 bench/gpt_step_torch.py
 import math, statistics, sys, time
 
 import torch

@@ -11,7 +11,7 @@
  *    Tensor.shareMemory_(), so they cross as their file (no copy; native/src/channels/shared.cc).
  *    Round trip = median per-call time over trials (plan() below);
  *    GB/s counts the bytes both ways.
- * 1b. The channel alone (--channel-level): test/bench/channel_peer.ts echoes N bytes through the
+ * 1b. The channel alone (--channel-level): test/native/channel_peer.ts echoes N bytes through the
  *    channel with a real peer process, descriptors over the child's stdio instead of a pipe.
  * 2. torch: ../shared/bench/torch_rpc.py under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides),
  *    ~50 s; --no-torch skips it. grpc-js: ../shared/bench/grpc_node.js with the devDependency
@@ -20,13 +20,13 @@
  *
  * Flags: --quick (fewer trials), --only shm,cma (configs by label prefix), --channel-level (1b instead of 1),
  * --worker-node-args "<flags>" (node flags for the workers too, e.g. to time both sides under a GC flag:
- * node --expose-gc --initial-old-space-size=256 --single-threaded-gc dist/test/bench/channels.js
+ * node --expose-gc --initial-old-space-size=256 --single-threaded-gc dist/bench/channels.js
  * --worker-node-args --single-threaded-gc).
  */
-import type { ChannelContext } from "../../sdk/channel/interface.js";
-import { rpc } from "../../sdk/index.js";
-import { startLocalWorkers, withRpcNodeFlags } from "../../sdk/rpc/launcher.js";
-import { ChannelPeer, pattern } from "./channel_peer.js";
+import type { ChannelContext } from "../sdk/channel/interface.js";
+import { rpc } from "../sdk/index.js";
+import { startLocalWorkers, withRpcNodeFlags } from "../sdk/rpc/launcher.js";
+import { ChannelPeer, pattern } from "../test/native/channel_peer.js";
 import {
   ASYNC_SIZES,
   type Figures,
@@ -72,7 +72,7 @@ function plan(nbytes: number, quick: boolean): Plan {
 async function loadContext(name: string): Promise<ChannelContext | string> {
   let mod: Record<string, unknown>;
   try {
-    mod = (await import(`../../sdk/channel/${name}/index.js`)) as Record<string, unknown>;
+    mod = (await import(`../sdk/channel/${name}/index.js`)) as Record<string, unknown>;
   } catch (e) {
     return `sdk/channel/${name} is not there (${e instanceof Error ? e.message.split("\n")[0] : String(e)})`;
   }

@@ -5,7 +5,7 @@
  * arrays, writes 1), exp and softmax (rows of 1024) GB/s (read 1, write 1) on 4,194,304 f32 elements.
  * Both sides allocate their result, as `a.matmul(b)` / `a.add(b)` do.
  *
- * 1. torch: test/bench/torch_ref.py runs under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides), one
+ * 1. torch: bench/torch_ref.py runs under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides), one
  *    child per thread count (1 and 2), and prints JSON. Missing torch prints "torch reference
  *    unavailable" and the tprpc columns are still measured.
  * 2. tprpc: every registered backend through the public API — "ts" (the reference, one JS thread; the
@@ -18,7 +18,7 @@
  * Timing follows /work/shared/bench/common.py: warm-up, then trials of a batch of calls, per-call
  * time = median over trials; torch_ref.py uses the same plan. Run: npm run bench [-- --quick]
  *
- * Then the RPC section (test/bench/rpc.ts): tprpc over TCP vs PyTorch RPC between two local
+ * Then the RPC section (bench/rpc.ts): tprpc over TCP vs PyTorch RPC between two local
  * processes. `-- --rpc-only` / `-- --no-rpc` run one section.
  */
 import { spawnSync } from "node:child_process";
@@ -26,7 +26,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { backend, manualSeed, randn, setNumThreads } from "../../sdk/index.js";
+import { backend, manualSeed, randn, setNumThreads } from "../sdk/index.js";
 import { rpcBench } from "./rpc.js";
 
 const QUICK = process.argv.includes("--quick");
@@ -87,7 +87,7 @@ function measure(fn: () => unknown, budgetS = 1.5, minTrials = 5): number {
 function findTorchRef(): string | undefined {
   let dir = path.dirname(fileURLToPath(import.meta.url));
   for (let i = 0; i < 6; i++) {
-    for (const p of [path.join(dir, "torch_ref.py"), path.join(dir, "test", "bench", "torch_ref.py")]) {
+    for (const p of [path.join(dir, "torch_ref.py"), path.join(dir, "bench", "torch_ref.py")]) {
       if (fs.existsSync(p)) return p;
     }
     dir = path.dirname(dir);
@@ -97,7 +97,7 @@ function findTorchRef(): string | undefined {
 
 function runTorch(): TorchRef {
   const script = findTorchRef();
-  if (!script) return { available: false, reason: "test/bench/torch_ref.py not found" };
+  if (!script) return { available: false, reason: "bench/torch_ref.py not found" };
   const python = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
   const sizes = MATMUL_SIZES.join(",");
   const r = spawnSync(python, [script, "--sizes", sizes], { encoding: "utf8", timeout: 900_000 });
@@ -292,7 +292,7 @@ function main(): void {
 const childAt = process.argv.indexOf("--child");
 if (childAt >= 0) child(process.argv[childAt + 1]!, Number(process.argv[childAt + 2]));
 else {
-  // --rpc-only / --no-rpc pick one section; the RPC section (test/bench/rpc.ts) follows the tensor one.
+  // --rpc-only / --no-rpc pick one section; the RPC section (bench/rpc.ts) follows the tensor one.
   if (!process.argv.includes("--rpc-only")) main();
   if (!process.argv.includes("--no-rpc")) await rpcBench(QUICK);
 }

@@ -20,8 +20,8 @@
  * 4. Ratios: latency torch/tprpc and throughput tprpc/torch, so > 1 means tprpc is faster; "ratio"
  *    against TensorPipe's default, "ratio/tcp" against TensorPipe over TCP.
  */
-import { rpc } from "../../sdk/index.js";
-import { startLocalWorkers } from "../../sdk/rpc/launcher.js";
+import { rpc } from "../sdk/index.js";
+import { startLocalWorkers } from "../sdk/rpc/launcher.js";
 import {
   ASYNC_SIZES,
   type Figures,

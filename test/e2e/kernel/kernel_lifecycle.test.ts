@@ -10,8 +10,8 @@ import { spawnSync } from "node:child_process";
 import os from "node:os";
 import { KernelManager, ServerConnection, type Kernel } from "@jupyterlab/services";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type JupyterServer } from "../../scripts/run-notebooks/server.js";
-import { alive, exec, gone } from "./e2e_helpers.js";
+import { startServer, type JupyterServer } from "../../../scripts/run-notebooks/server.js";
+import { alive, exec, gone } from "./helpers.js";
 
 const hasJupyter = [process.env.TPRPC_JUPYTER_PYTHON, "/usr/bin/python3", "python3"]
   .filter(Boolean)

@@ -8,7 +8,7 @@
 import type { ChildProcess } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RemoteError, SerializationError, Tensor, rpc, tensor } from "../../sdk/index.js";
-import { freePort, startWorker } from "../e2e/workers.js";
+import { freePort, startWorker } from "./workers.js";
 
 const SECRET = "wire-args-secret-0123456789";
 const CALL = { timeoutMs: 10_000 };

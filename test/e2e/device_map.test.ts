@@ -14,7 +14,7 @@
 import type { ChildProcess } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeviceError, RemoteError, add, backend, rpc, tensor, type Tensor } from "../../sdk/index.js";
-import { freePort, startWorker } from "../e2e/workers.js";
+import { freePort, startWorker } from "./workers.js";
 import { HostBackedDevices } from "../tensor/device_double.js";
 
 const SECRET = "device-map-secret-0123456789";

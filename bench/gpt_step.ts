@@ -4,7 +4,7 @@
  * ms/step (median over the timed steps), tokens/s, the process's CPU time per step (steadier than
  * wall time on a shared machine), a split of the step into its phases, and the loss after the last step (a checksum: a speed change must leave it equal within float noise).
  *
- *   npm run build && node dist/test/bench/gpt_step.js [--steps 10] [--micro 4] [--threads 1] [--torch]
+ *   npm run build && node dist/bench/gpt_step.js [--steps 10] [--micro 4] [--threads 1] [--torch]
  *
  * 1. manualSeed(0); model { vocabSize 70, nLayer 4, nEmbd 128, nHead 4, blockSize 64, untied };
  *    AdamW(lr 3e-3, weightDecay 0.01); setNumThreads(--threads, default 1).
@@ -12,13 +12,13 @@
  *    loss is a checksum, not a learning curve).
  * 3. --micro k splits each batch into k micro-batches, each backward accumulating into .grad.
  * 4. Two warm-up steps, then --steps timed ones.
- * 5. --torch also runs test/bench/gpt_step_torch.py (the same model in PyTorch, one thread)
+ * 5. --torch also runs bench/gpt_step_torch.py (the same model in PyTorch, one thread)
  *    under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides) and prints its figure beside ours.
  */
 import { spawnSync } from "node:child_process";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { manualSeed, nn, optim, randint, setNumThreads, type Tensor } from "../../sdk/index.js";
+import { manualSeed, nn, optim, randint, setNumThreads, type Tensor } from "../sdk/index.js";
 
 const arg = (name: string, dflt: number): number => {
   const i = process.argv.indexOf(name);
@@ -96,7 +96,7 @@ process.stdout.write(lines.join("\n") + "\n");
 
 if (process.argv.includes("--torch")) {
   const here = path.dirname(fileURLToPath(import.meta.url));
-  const script = path.resolve(here, "../../../test/bench/gpt_step_torch.py");
+  const script = path.resolve(here, "../../bench/gpt_step_torch.py");
   const python = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
   const r = spawnSync(python, [script, "--steps", String(STEPS), "--micro", String(MICRO)], {
     encoding: "utf8",

@@ -1,5 +1,5 @@
 # torch CPU reference figures for `npm run bench`: f32 matmul GFLOP/s (2*n^3/t) and elementwise add / exp / softmax GB/s,
-# at 1 and 2 threads, printed as one JSON object on stdout. Run: /usr/bin/python3 test/bench/torch_ref.py [--sizes 128,256]
+# at 1 and 2 threads, printed as one JSON object on stdout. Run: /usr/bin/python3 bench/torch_ref.py [--sizes 128,256]
 #
 # Method, as /work/shared/bench (common.py measure(), torch_matmul.py): one child process per thread count, so
 # OMP_NUM_THREADS / OPENBLAS_NUM_THREADS take effect before torch is imported, plus torch.set_num_threads(n);
