@@ -9,16 +9,33 @@
  *   $XDG_DATA_HOME/jupyter or ~/.local/share/jupyter;
  * - --prefix P: P/share/jupyter;  --sys-prefix: the active virtualenv / conda env, or
  *   the sys.prefix of `python3` (the one place that asks Python).
+ *
+ * NB: this file imports no part of the SDK, so that `tprpc-kernel install / uninstall / list` start
+ * in a few tens of ms and never load the native addon (test/cli/cli.test.ts checks both).
  */
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { ValueError, rpc } from "tprpc";
 
 export const DEFAULT_NAME = "tprpc";
 export const DEFAULT_DISPLAY_NAME = "TypeScript (tprpc)";
+
+/**
+ * The kernel's node flags: the SDK's `rpc.RPC_NODE_FLAGS` (the notebook is the master and receives
+ * tensors), copied here so that writing a kernelspec does not load the SDK; test/cli/cli.test.ts
+ * checks that the two agree.
+ */
+export const KERNEL_NODE_FLAGS: readonly string[] = ["--initial-old-space-size=256"];
+
+/** A kernelspec request that cannot be done (a bad name, conflicting locations); the message says why. */
+export class KernelspecError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "KernelspecError";
+  }
+}
 
 export interface Location {
   user?: boolean;
@@ -39,7 +56,7 @@ function sysPrefix(): string {
   try {
     return execFileSync("python3", ["-c", "import sys; print(sys.prefix)"], { encoding: "utf8" }).trim();
   } catch {
-    throw new ValueError(
+    throw new KernelspecError(
       "--sys-prefix: no VIRTUAL_ENV or CONDA_PREFIX is set and python3 did not run; use --prefix PATH",
     );
   }
@@ -48,7 +65,7 @@ function sysPrefix(): string {
 /** The data folder a location flag set points at. */
 export function dataDir(loc: Location): string {
   const n = Number(!!loc.prefix) + Number(!!loc.sysPrefix) + Number(!!loc.user);
-  if (n > 1) throw new ValueError("choose one of --user, --prefix PATH and --sys-prefix");
+  if (n > 1) throw new KernelspecError("choose one of --user, --prefix PATH and --sys-prefix");
   if (loc.prefix) return path.join(path.resolve(loc.prefix), "share", "jupyter");
   if (loc.sysPrefix) return path.join(sysPrefix(), "share", "jupyter");
   return userDataDir();
@@ -73,7 +90,7 @@ export function packagePaths(): { root: string; script: string } {
       // no package.json here
     }
     const up = path.dirname(dir);
-    if (up === dir) throw new ValueError(`cannot find the tprpc package root above ${import.meta.url}`);
+    if (up === dir) throw new KernelspecError(`cannot find the tprpc package root above ${import.meta.url}`);
     dir = up;
   }
 }
@@ -91,8 +108,7 @@ export interface KernelJson {
 export function kernelJson(displayName = DEFAULT_DISPLAY_NAME, env?: Record<string, string>): KernelJson {
   const { root, script } = packagePaths();
   return {
-    // NB: the notebook is the master and receives tensors: see RPC_NODE_FLAGS.
-    argv: [process.execPath, ...rpc.RPC_NODE_FLAGS, script, "kernel", "--config-path", "{connection_file}"],
+    argv: [process.execPath, ...KERNEL_NODE_FLAGS, script, "kernel", "--config-path", "{connection_file}"],
     display_name: displayName,
     language: "typescript",
     // NB: Jupyter interrupts by SIGINT to the kernel's process group; the kernel cancels its pending RPCs.
@@ -108,7 +124,7 @@ export function install(
 ): string {
   const name = opts.name ?? DEFAULT_NAME;
   if (!/^[a-zA-Z0-9._-]+$/.test(name))
-    throw new ValueError(`kernel name "${name}" may only hold letters, digits, ".", "_" and "-"`);
+    throw new KernelspecError(`kernel name "${name}" may only hold letters, digits, ".", "_" and "-"`);
   const specDir = path.join(opts.dir ?? dataDir(opts), "kernels", name);
   fs.mkdirSync(specDir, { recursive: true });
   fs.writeFileSync(
@@ -134,10 +150,14 @@ export interface FoundSpec {
   root: string | null;
 }
 
-/** The tprpc kernelspecs Jupyter would see (the first folder wins for a name, as in Jupyter). */
-export function list(env: NodeJS.ProcessEnv = process.env): FoundSpec[] {
+/**
+ * The tprpc kernelspecs Jupyter would see (the first folder wins for a name, as in Jupyter); with a
+ * location (--user, --prefix PATH or --sys-prefix, as for install) only those in that one folder.
+ */
+export function list(loc: Location = {}, env: NodeJS.ProcessEnv = process.env): FoundSpec[] {
+  const located = !!(loc.user || loc.prefix || loc.sysPrefix);
   const seen = new Map<string, FoundSpec>();
-  for (const kdir of searchDirs(env)) {
+  for (const kdir of located ? [path.join(dataDir(loc), "kernels")] : searchDirs(env)) {
     if (!fs.existsSync(kdir)) continue;
     for (const name of fs.readdirSync(kdir)) {
       if (seen.has(name)) continue;
