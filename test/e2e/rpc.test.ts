@@ -115,13 +115,15 @@ describe("rpc between real processes", () => {
     await expect(rpc.rpcSync("worker1", f, [1])).rejects.toThrow(/\bk\b/);
   });
 
-  it("times out within 10% of the set time", async () => {
+  // NB: "late" allows 10% or 150 ms, whichever is more: four suites share 2 cores, and a timer can fire
+  // that much late from scheduling alone
+  it("times out within 10% (at least 150 ms) of the set time", async () => {
     const t0 = Date.now();
     const never = () => new Promise(() => {});
     await expect(rpc.rpcSync("worker1", never, [], { timeoutMs: 500 })).rejects.toThrow(RpcTimeoutError);
     const dt = Date.now() - t0;
     expect(dt).toBeGreaterThanOrEqual(495);
-    expect(dt).toBeLessThan(550);
+    expect(dt).toBeLessThan(500 + 150);
   });
 
   it("delivers every reply exactly once: 64 concurrent callers × 2,000 calls across 3 workers", async () => {

@@ -119,7 +119,7 @@ describe("rendezvous", () => {
     expect(err).toBeInstanceOf(RpcTimeoutError);
     expect(err.message).toMatch(/2 of 4 workers registered, rank\(s\) 1, 3 missing/);
     expect(dt).toBeGreaterThanOrEqual(595);
-    expect(dt).toBeLessThan(660);
+    expect(dt).toBeLessThan(600 + 150); // NB: 10% or 150 ms of scheduling slack, whichever is more
     // Their claims were released: the group can still assemble, with the same names.
     const again = await Promise.all(
       [0, 1, 2, 3].map((rank) =>
@@ -190,7 +190,7 @@ describe("barrier", () => {
       expect(e.message).toMatch(/barrier "short" timed out after 500 ms: 2 of 3 workers arrived/);
     }
     expect(dt).toBeGreaterThanOrEqual(495);
-    expect(dt).toBeLessThan(550);
+    expect(dt).toBeLessThan(500 + 150); // NB: 10% or 150 ms of scheduling slack, whichever is more
   });
 });
 
