@@ -18,7 +18,7 @@ const CODE_ROOTS = ["sdk", "kernel-ext", "bin", "native/src", "native/build.mjs"
 /** Where the test suites and benchmarks live (bench/ once it moves out of test/). */
 const TEST_ROOTS = ["test", "bench"];
 /** TPRPC_* variables a test sets for a child process it starts itself: not for users. */
-const TEST_PLUMBING = new Set(["TPRPC_PEER_HOST", "TPRPC_RDZV_MODULE"]);
+const TEST_PLUMBING = new Set(["TPRPC_PEER_HOST", "TPRPC_RDZV_MODULE", "TPRPC_RECORD_LOADS"]);
 
 /**
  * Helpers that read `process.env[name]` for a name passed as their first argument, by file. A
