@@ -13,9 +13,9 @@
  *    GB/s counts the bytes both ways.
  * 1b. The channel alone (--channel-level): test/native/channel_peer.ts echoes N bytes through the
  *    channel with a real peer process, descriptors over the child's stdio instead of a pipe.
- * 2. torch: ../shared/bench/torch_rpc.py under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides),
- *    ~50 s; --no-torch skips it. grpc-js: ../shared/bench/grpc_node.js with the devDependency
- *    @grpc/grpc-js (or one on NODE_PATH or in /tmp/anchors-npm), ~1 min; --no-grpc skips it.
+ * 2. torch: bench/reference/torch_rpc.py under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides),
+ *    ~15 s; --no-torch skips it. grpc-js: bench/reference/grpc_node.mjs with the devDependency
+ *    @grpc/grpc-js (or one on NODE_PATH), ~1 min; --no-grpc skips it. Both get --quick too.
  * 3. Ratios: torch time / channel time, so > 1 means the channel is faster.
  *
  * Flags: --quick (fewer trials), --only shm,cma (configs by label prefix), --channel-level (1b instead of 1),
@@ -60,7 +60,7 @@ const CONFIGS: Config[] = [
   { label: "tcp", channel: "tcp", env: {} },
 ];
 
-/** (warm-up calls, trials, calls per trial) for a payload size: without --quick, the plan of ../shared/bench/common.py. */
+/** (warm-up calls, trials, calls per trial) for a payload size: without --quick, the plan of reference/timing.py. */
 function plan(nbytes: number, quick: boolean): Plan {
   if (nbytes <= 4_000) return quick ? [100, 7, 50] : [1000, 30, 200];
   if (nbytes <= 4_000_000) return quick ? [5, 5, 5] : [20, 20, 10];
@@ -193,8 +193,8 @@ async function main(): Promise<void> {
     process.stderr.write(`[bench:channels] ${cfg.label} ...\n`);
     results.set(cfg.label, await (channelLevel ? measureChannel(cfg, quick) : measureRpc(cfg, quick, nodeArgs)));
   }
-  const torch = argv.includes("--no-torch") ? "skipped (--no-torch)" : runReference("torch");
-  const grpc = argv.includes("--no-grpc") ? "skipped (--no-grpc)" : runReference("grpc");
+  const torch = argv.includes("--no-torch") ? "skipped (--no-torch)" : runReference("torch", quick);
+  const grpc = argv.includes("--no-grpc") ? "skipped (--no-grpc)" : runReference("grpc", quick);
   const refs: Array<[string, { figures: Figures; header: string } | string]> = [
     ["PyTorch RPC", torch],
     ["grpc-js", grpc],

@@ -2,18 +2,17 @@
  * The RPC section of `npm run bench`: tprpc over TCP between two local processes beside PyTorch RPC
  * (TensorPipe) measured in the same invocation — issue 4's acceptance figures.
  *
- * 1. torch: /work/shared/bench/torch_rpc.py, found as ../shared/bench/torch_rpc.py beside the
- *    repository (CI keeps shared/ beside the clone), runs under /usr/bin/python3
- *    (TPRPC_TORCH_PYTHON overrides) with its default transports (shm + cma on one host) and
- *    `--ops-sizes ""`; its result lines are parsed. Missing: "PyTorch RPC reference unavailable".
- *    It takes ~50 s of the section (its 1-in-flight async runs cannot be left out); --no-torch skips it.
+ * 1. torch: bench/reference/torch_rpc.py (found from the repository root) runs under /usr/bin/python3
+ *    (TPRPC_TORCH_PYTHON overrides) with TensorPipe's default transports (shm + cma on one host), at the
+ *    same sizes and 64 in flight; its result lines are parsed. Missing: "PyTorch RPC reference unavailable".
+ *    It takes ~15 s of the section (a few with --quick, which it gets too); --no-torch skips it.
  *    Then once more pinned to TensorPipe's TCP transport and basic channel (`--transports uv
- *    --channels basic`), "torch/tcp": the same wire as tprpc's here, another ~50 s.
+ *    --channels basic`), "torch/tcp": the same wire as tprpc's here.
  * 2. tprpc: this process is the master (rank 0), one worker is started with startLocalWorkers, and
  *    the master allows only the tcp channel (options.channels), so tensors move over TCP lanes; the
  *    target is a shipped identity lambda `(x) => x` (compiled once per peer), the argument a number
  *    (0 B) or a float32 tensor of 4 KB … 400 MB (decimal, as torch_rpc.py). rpcSync round trips:
- *    warm-up, then trials of a batch of calls, per-call time = median over trials (as common.py,
+ *    warm-up, then trials of a batch of calls, per-call time = median over trials (as reference/timing.py,
  *    with fewer repetitions so the section stays short); GB/s counts the bytes both ways.
  *    rpcAsync: 4,000 calls kept 64 in flight, calls/s = median over trials.
  * 3. raw tcp (./tcp_floor.ts): the same sizes echoed over one loopback socket with no RPC, the floor.
@@ -39,7 +38,7 @@ import {
 } from "./rpc_common.js";
 import { tcpFloor } from "./tcp_floor.js";
 
-/** (warm-up calls, trials, calls per trial) for a payload size, as common.py's plan() but shorter. */
+/** (warm-up calls, trials, calls per trial) for a payload size, as reference/timing.py's plan() but shorter. */
 function plan(nbytes: number, quick: boolean): Plan {
   if (nbytes <= 4_000) return quick ? [100, 7, 50] : [300, 15, 100];
   if (nbytes <= 4_000_000) return quick ? [3, 5, 4] : [5, 10, 5];
@@ -90,8 +89,8 @@ const fmtRatio = (r: number | undefined): string => (r === undefined ? "-" : `${
 export async function rpcBench(quick: boolean): Promise<void> {
   const wall = now();
   const noTorch = process.argv.includes("--no-torch");
-  const torch = noTorch ? "skipped (--no-torch)" : runReference("torch");
-  const torchTcp = noTorch ? "skipped (--no-torch)" : runReference("torch-tcp");
+  const torch = noTorch ? "skipped (--no-torch)" : runReference("torch", quick);
+  const torchTcp = noTorch ? "skipped (--no-torch)" : runReference("torch-tcp", quick);
   const torchWall = now() - wall;
   const ours = await runTprpc(quick);
   const floor = await tcpFloor(SIZES, (n) => plan(n, quick));

@@ -1,13 +1,14 @@
 /**
  * What the RPC benchmarks share (`npm run bench`'s RPC section in ./rpc.ts and
  * `npm run bench:channels` in ./channels.ts): the sizes and in-flight count of
- * the reference scripts in ../shared/bench, the timing method (warm-up, then
- * trials of a batch; the median per call, as common.py), the rpcSync/rpcAsync
+ * the reference scripts in ./reference, the timing method (warm-up, then
+ * trials of a batch; the median per call, as reference/timing.py), the rpcSync/rpcAsync
  * identity measurements, and running + parsing the reference scripts
- * (torch_rpc.py, grpc_node.js) so ratios come from the same invocation.
+ * (reference/torch_rpc.py, reference/grpc_node.mjs) so ratios come from the same invocation.
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
+import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Tensor, ones, rpc } from "../sdk/index.js";
@@ -128,38 +129,36 @@ function parseTime(v: string, unit: string): number {
 }
 
 /**
- * Runs ../shared/bench/torch_rpc.py (under TPRPC_TORCH_PYTHON, default /usr/bin/python3) or
- * grpc_node.js (with the devDependency @grpc/grpc-js, or one on NODE_PATH or in /tmp/anchors-npm) and parses its
- * result lines; a string says why the reference is unavailable.
+ * Runs bench/reference/torch_rpc.py (under TPRPC_TORCH_PYTHON, default /usr/bin/python3) or
+ * bench/reference/grpc_node.mjs (with the devDependency @grpc/grpc-js, or one on NODE_PATH) from the repository
+ * root, at SIZES (and ASYNC_SIZES with IN_FLIGHT for torch), and parses its result lines; `quick` passes the
+ * scripts' --quick (fewer warm-up calls and trials). A string says why the reference is unavailable.
  */
-export function runReference(kind: "torch" | "torch-tcp" | "grpc"): { figures: Figures; header: string } | string {
+export function runReference(
+  kind: "torch" | "torch-tcp" | "grpc",
+  quick = false,
+): { figures: Figures; header: string } | string {
   const root = repoRoot();
-  const file = kind === "grpc" ? "grpc_node.js" : "torch_rpc.py";
-  const script = root && path.resolve(root, "../shared/bench", file);
-  if (!script || !fs.existsSync(script)) return `../shared/bench/${file} not found beside the repository`;
+  const file = kind === "grpc" ? "grpc_node.mjs" : "torch_rpc.py";
+  const script = root && path.join(root, "bench", "reference", file);
+  if (!script || !fs.existsSync(script)) return `bench/reference/${file} not found in the repository`;
+  const quickArgs = quick ? ["--quick"] : [];
   let program: string;
   let r;
   if (kind !== "grpc") {
     program = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
     // NB: "torch-tcp" pins TensorPipe to its uv (TCP) transport and basic channel: the same wire as ours.
     const tcpOnly = kind === "torch-tcp" ? ["--transports", "uv", "--channels", "basic"] : [];
-    r = spawnSync(program, [script, "--sizes", SIZES.join(","), "--ops-sizes", "", ...tcpOnly], {
-      encoding: "utf8",
-      timeout: 300_000,
-    });
+    const sizes = ["--sizes", SIZES.join(","), "--async-sizes", ASYNC_SIZES.join(","), "--in-flight", `${IN_FLIGHT}`];
+    r = spawnSync(program, [script, ...sizes, ...tcpOnly, ...quickArgs], { encoding: "utf8", timeout: 300_000 });
   } else {
-    // NB: @grpc/grpc-js is a devDependency; NODE_PATH and /tmp/anchors-npm are for a checkout without it.
-    const nodePath = [path.join(root, "node_modules"), process.env.NODE_PATH, "/tmp/anchors-npm/node_modules"]
-      .filter(Boolean)
-      .join(":");
-    const found = nodePath.split(":").some((p) => fs.existsSync(path.join(p, "@grpc", "grpc-js")));
-    if (!found) return "@grpc/grpc-js is not installed (see ../shared/bench/README.md)";
+    try {
+      createRequire(script).resolve("@grpc/grpc-js"); // as the script will: node_modules above it, or NODE_PATH
+    } catch {
+      return "@grpc/grpc-js is not installed (npm install: it is a devDependency)";
+    }
     program = process.execPath;
-    r = spawnSync(program, [script, "--sizes", SIZES.join(",")], {
-      encoding: "utf8",
-      timeout: 300_000,
-      env: { ...process.env, NODE_PATH: nodePath },
-    });
+    r = spawnSync(program, [script, "--sizes", SIZES.join(","), ...quickArgs], { encoding: "utf8", timeout: 300_000 });
   }
   if (r.error) return `${program}: ${r.error.message}`;
   if (r.status !== 0) return `${program} exited ${r.status}: ${(r.stderr ?? "").trim().slice(-300)}`;

@@ -15,8 +15,8 @@
  * 4. Like torch_ref.py, each (backend, threads) set runs in its own child process, so one set's
  *    garbage and V8's GC heuristics after it don't tax the next.
  *
- * Timing follows /work/shared/bench/common.py: warm-up, then trials of a batch of calls, per-call
- * time = median over trials; torch_ref.py uses the same plan. Run: npm run bench [-- --quick]
+ * Timing follows bench/reference/timing.py: warm-up, then trials of a batch of calls, per-call
+ * time = median over trials; torch_ref.py measures the same way. Run: npm run bench [-- --quick]
  *
  * Then the RPC section (bench/rpc.ts): tprpc over TCP vs PyTorch RPC between two local
  * processes. `-- --rpc-only` / `-- --no-rpc` run one section.

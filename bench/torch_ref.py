@@ -1,10 +1,10 @@
 # torch CPU reference figures for `npm run bench`: f32 matmul GFLOP/s (2*n^3/t) and elementwise add / exp / softmax GB/s,
 # at 1 and 2 threads, printed as one JSON object on stdout. Run: /usr/bin/python3 bench/torch_ref.py [--sizes 128,256]
 #
-# Method, as /work/shared/bench (common.py measure(), torch_matmul.py): one child process per thread count, so
-# OMP_NUM_THREADS / OPENBLAS_NUM_THREADS take effect before torch is imported, plus torch.set_num_threads(n);
-# warm-up calls, then trials of a batch of calls, per-call time = median over trials. run.ts times its own side
-# the same way (see measure() there), so the two columns are comparable within one run.
+# Method: one child process per thread count, so OMP_NUM_THREADS / OPENBLAS_NUM_THREADS take effect before torch is
+# imported, plus torch.set_num_threads(n); warm-up calls, then trials of a batch of calls, per-call time = median over
+# trials (as bench/reference/timing.py). run.ts times its own side the same way (see measure() there), so the two
+# columns are comparable within one run.
 import json, os, subprocess, sys
 
 THREADS = (1, 2)
