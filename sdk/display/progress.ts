@@ -39,6 +39,7 @@ export class Progress {
   private lastDraw = 0;
   private shown = false;
   private finished = false;
+  private endedAt: number | null = null;
   private lastTenth = -1;
 
   constructor(
@@ -58,24 +59,35 @@ export class Progress {
     if (this.finished) return;
     if (metrics) this.metrics = metrics;
     this.finished = true;
+    this.endedAt = Date.now();
     this.draw();
   }
 
-  /** The status line, e.g. "training 37/100 [00:05<00:08, 7.1 it/s] loss=0.23". */
+  /**
+   * The status line, e.g. "training 37/100 [00:05<00:08, 7.1 it/s] loss=0.23"; once done, a finished
+   * line without an estimate, which says when the work stopped early: "training done: 604 of 4000
+   * (stopped early) [00:05, 7.1 it/s] reward=196".
+   */
   text(): string {
-    const secs = (Date.now() - this.started) / 1000;
+    const secs = ((this.endedAt ?? Date.now()) - this.started) / 1000;
     const rate = secs > 0 ? this.n / secs : 0;
-    const left = rate > 0 ? (this.total - this.n) / rate : Infinity;
     const m = Object.entries(this.metrics)
       .map(([k, v]) => `${k}=${metric(v)}`)
       .join(" ");
     const label = this.options.label ? `${this.options.label} ` : "";
+    const tail = m ? " " + m : "";
+    if (this.finished) {
+      const count = this.n < this.total ? `${this.n} of ${this.total} (stopped early)` : `${this.n}/${this.total}`;
+      return `${label}done: ${count} [${clock(secs)}, ${rate.toFixed(1)} it/s]${tail}`;
+    }
+    const left = rate > 0 ? (this.total - this.n) / rate : Infinity;
     const pct = this.total > 0 ? Math.floor((100 * this.n) / this.total) : 100;
-    return `${label}${this.n}/${this.total} ${pct}% [${clock(secs)}<${clock(left)}, ${rate.toFixed(1)} it/s]${m ? " " + m : ""}`;
+    return `${label}${this.n}/${this.total} ${pct}% [${clock(secs)}<${clock(left)}, ${rate.toFixed(1)} it/s]${tail}`;
   }
 
   [MIME_BUNDLE](): MimeBundle {
-    const max = Math.max(this.total, 1);
+    // NB: a finished bar is full, also when the work stopped early (a solved task, early stopping)
+    const max = this.finished ? Math.max(this.n, 1) : Math.max(this.total, 1);
     const t = escapeHtml(this.text());
     return {
       "text/plain": this.text(),

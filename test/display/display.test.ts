@@ -85,8 +85,22 @@ describe("progress", () => {
     expect(shown[0]!.update).toBe(false);
     expect(shown.slice(1).every((s) => s.update && s.displayId === shown[0]!.displayId)).toBe(true);
     const last = shown.at(-1)!.bundle;
-    expect(last["text/plain"]).toMatch(/^train 10\/10 100% \[.*it\/s\] loss=0\.1$/);
+    expect(last["text/plain"]).toMatch(/^train done: 10\/10 \[[0-9:]+, .*it\/s\] loss=0\.1$/);
     expect(last["text/html"]).toContain('<progress value="10" max="10"');
+  });
+
+  it("ends finished, with a full bar, when the work stops early (a solved task, early stopping)", () => {
+    const shown = record();
+    const bar = display.progress(4000, { label: "episodes", everyMs: 0 });
+    bar.update(604, { reward: 196 });
+    expect(shown.at(-1)!.bundle["text/plain"]).toMatch(/^episodes 604\/4000 15% \[/);
+    bar.done();
+    const last = shown.at(-1)!.bundle;
+    expect(last["text/plain"]).toMatch(
+      /^episodes done: 604 of 4000 \(stopped early\) \[[0-9:]+, .*it\/s\] reward=196$/,
+    );
+    expect(last["text/plain"]).not.toContain("15%");
+    expect(last["text/html"]).toContain('<progress value="604" max="604"');
   });
 
   it("throttles redraws", () => {
