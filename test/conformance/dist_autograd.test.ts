@@ -40,7 +40,7 @@ import {
 } from "../../sdk/index.js";
 import { findContext } from "../../sdk/dist_autograd/context.js";
 import { expectClose } from "../helpers.js";
-import { type Cluster, startGroup, stopGroup, within } from "./group.js";
+import { type Cluster, startGroup, stopGroup, within, failureOf } from "./group.js";
 
 // NB: a plain const, not the import binding: shipped sources name `tprpc`, which the callee binds to its SDK.
 const tprpc = sdk;
@@ -53,16 +53,6 @@ const rand = (shape: number[], requiresGrad = false) => tprpc.rand(shape, { requ
 type R<T = unknown> = rpc.RRef<T>;
 type GraphNode = { name: string; next: readonly (GraphNode | null)[]; variable?: Tensor };
 const nodeOf = (t: Tensor) => t.gradFn as unknown as GraphNode | null;
-
-/** Awaits `fn()` and returns what it threw or rejected with (undefined when it succeeded). */
-async function failureOf(fn: () => unknown): Promise<unknown> {
-  try {
-    await fn();
-  } catch (e) {
-    return e;
-  }
-  return undefined;
-}
 
 /** PyTorch's module-level helpers of dist_autograd_test.py, registered by name where this runs. */
 function installHelpers(): string {

@@ -11,7 +11,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RemoteError, RpcTimeoutError, type Tensor, add, ones, rpc } from "../../sdk/index.js";
-import { type Cluster, startGroup, stopGroup, within } from "./group.js";
+import { type Cluster, startGroup, stopGroup, within, attempt } from "./group.js";
 
 // NB: shipped functions run on the callee against the SDK namespace, named `tprpc` there.
 declare const tprpc: typeof import("../../sdk/index.js");
@@ -21,9 +21,6 @@ function raiseFunc(): never {
 }
 
 const full = (n: number, v: number) => Array.from({ length: n }, () => Array.from({ length: n }, () => v));
-
-/** Runs `f`, turning a synchronous throw into a rejection. */
-const attempt = <T>(f: () => T | Promise<T>): Promise<T> => new Promise<T>((resolve) => resolve(f()));
 
 /** The error `p` rejects with (fails when it resolves). */
 async function rejection(p: Promise<unknown>): Promise<Error> {

@@ -40,13 +40,18 @@ export async function stopGroup(cluster: Cluster | undefined, graceful = true): 
   await cluster?.close({ graceMs: 2_000 });
 }
 
-/** Rejects after `ms` unless `p` settles first: every wait in the suites is bounded. */
-export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p.finally(() => clearTimeout(timer)),
-    new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
-    }),
-  ]);
+// NB: the distributed autograd suites' bounded wait, shared
+export { within } from "../dist_autograd/group.js";
+
+/** Runs `f`, turning a synchronous throw into a rejection. */
+export const attempt = <T>(f: () => T | Promise<T>): Promise<T> => new Promise<T>((resolve) => resolve(f()));
+
+/** Awaits `fn()` and returns what it threw or rejected with (undefined when it succeeded). */
+export async function failureOf(fn: () => unknown): Promise<unknown> {
+  try {
+    await fn();
+  } catch (e) {
+    return e;
+  }
+  return undefined;
 }

@@ -21,22 +21,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as sdk from "../../sdk/index.js";
 import { RemoteError, RpcError, RpcTimeoutError, type Tensor, distAutograd, ones, rpc } from "../../sdk/index.js";
 import { expectClose } from "../helpers.js";
-import { type Cluster, startGroup, stopGroup, within } from "./group.js";
+import { type Cluster, startGroup, stopGroup, within, failureOf } from "./group.js";
 
 // NB: a plain const, not the import binding: shipped sources name `tprpc`, which the callee binds to its SDK.
 const tprpc = sdk;
 
 type R<T = unknown> = rpc.RRef<T>;
-
-/** Awaits `fn()` and returns what it threw or rejected with (undefined when it succeeded). */
-async function failureOf(fn: () => unknown): Promise<unknown> {
-  try {
-    await fn();
-  } catch (e) {
-    return e;
-  }
-  return undefined;
-}
 
 /** PyTorch's module-level helpers of rpc_test.py, registered by name on the process that runs this. */
 function installHelpers(): string {

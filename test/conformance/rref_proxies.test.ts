@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as sdk from "../../sdk/index.js";
 import { RemoteError, RpcTimeoutError, type Tensor, ones, rpc } from "../../sdk/index.js";
 import { expectClose } from "../helpers.js";
-import { type Cluster, startGroup, stopGroup, within } from "./group.js";
+import { type Cluster, startGroup, stopGroup, within, failureOf } from "./group.js";
 
 // NB: a plain const, not the import binding: shipped sources name `tprpc`, which the callee binds to its SDK.
 const tprpc = sdk;
@@ -58,16 +58,6 @@ interface AsyncExecutionLike {
 interface ParameterServerLike {
   average(rref: R<ParameterServerLike>, iteration: number, t: Tensor): Promise<Tensor>;
   getGradient(rref: R<ParameterServerLike>): Tensor | null;
-}
-
-/** Awaits `fn()` and returns what it threw or rejected with (undefined when it succeeded). */
-async function failureOf(fn: () => unknown): Promise<unknown> {
-  try {
-    await fn();
-  } catch (e) {
-    return e;
-  }
-  return undefined;
 }
 
 /** The classes and functions of rpc_test.py these tests use, registered by name where this runs. */

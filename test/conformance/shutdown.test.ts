@@ -18,13 +18,10 @@ import {
   rpc,
 } from "../../sdk/index.js";
 import { freePort } from "../../sdk/rpc/launcher.js";
-import { type Cluster, startGroup, stopGroup, within } from "./group.js";
+import { type Cluster, startGroup, stopGroup, within, attempt } from "./group.js";
 
 // NB: shipped functions run on the callee against the SDK namespace, named `tprpc` there.
 declare const tprpc: typeof import("../../sdk/index.js");
-
-/** Runs `f`, turning a synchronous throw into a rejection. */
-const attempt = <T>(f: () => T | Promise<T>): Promise<T> => new Promise<T>((resolve) => resolve(f()));
 
 const sleepThen = <T>(ms: number, v: T) => new Promise<T>((resolve) => setTimeout(() => resolve(v), ms));
 

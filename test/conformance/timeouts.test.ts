@@ -10,7 +10,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RpcNotInitializedError, RpcTimeoutError, ValueError, rpc } from "../../sdk/index.js";
 import { freePort } from "../../sdk/rpc/launcher.js";
-import { type Cluster, startGroup, stopGroup, within } from "./group.js";
+import { type Cluster, startGroup, stopGroup, within, attempt } from "./group.js";
 
 /** The group's default timeout (initRpc's rpcTimeoutMs). */
 const DEFAULT_MS = 1_000;
@@ -30,9 +30,6 @@ function timeoutApi(): TimeoutApi {
 
 /** PyTorch's my_sleep_func: resolves to 1 after `ms`. */
 const mySleepFunc = (ms: number) => new Promise<number>((resolve) => setTimeout(() => resolve(1), ms));
-
-/** Runs `f`, turning a synchronous throw into a rejection. */
-const attempt = <T>(f: () => T | Promise<T>): Promise<T> => new Promise<T>((resolve) => resolve(f()));
 
 const BAD_TIMEOUTS = [NaN, -1, Infinity, -Infinity];
 

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RpcError, RpcNotInitializedError, type Tensor, ValueError, add, ones, rpc, tensor } from "../../sdk/index.js";
 import { freePort } from "../../sdk/rpc/launcher.js";
 import { startWorker } from "../e2e/workers.js";
-import { type Cluster, startGroup, stopGroup, within } from "./group.js";
+import { type Cluster, startGroup, stopGroup, within, attempt } from "./group.js";
 
 // NB: shipped functions run on the callee against the SDK namespace, named `tprpc` there.
 declare const tprpc: typeof import("../../sdk/index.js");
@@ -20,9 +20,6 @@ const MODES: Mode[] = ["sync", "async", "remote"];
 
 /** A destination that is not a name (a rank or a WorkerInfo), as PyTorch accepts it. */
 const to = (d: number | rpc.WorkerInfo): string => d as unknown as string;
-
-/** Runs `f`, turning a synchronous throw into a rejection. */
-const attempt = <T>(f: () => T | Promise<T>): Promise<T> => new Promise<T>((resolve) => resolve(f()));
 
 /** PyTorch's _run_func_in_mode: rpc_sync, rpc_async().wait() or remote().to_here(). */
 function runInMode<T>(mode: Mode, dst: string, target: unknown, args: unknown[] = []): Promise<T> {
