@@ -62,7 +62,9 @@ export function tensorHtml(t: Tensor): string {
   const style = 'style="font-family:monospace;font-size:12px;border-collapse:collapse;text-align:right"';
   const th = (s: string) => `<th style="padding:1px 6px;color:#666">${s}</th>`;
   const td = (s: string) => `<td style="padding:1px 6px">${s}</td>`;
-  const out: string[] = [`<table ${style}><caption style="text-align:left">${escapeHtml(tensorCaption(t))}</caption>`];
+  const out: string[] = [
+    `<table ${style}><caption style="text-align:left;white-space:nowrap">${escapeHtml(tensorCaption(t))}</caption>`,
+  ];
   if (numel === 0) return out.join("") + "<tr><td>(empty)</td></tr></table>";
   if (shape.length >= 1)
     out.push(`<tr>${shape.length > 1 ? th("") : ""}${colIdx.map((c) => th(c < 0 ? "⋯" : String(c))).join("")}</tr>`);

@@ -32,6 +32,8 @@ describe("tensor tables", () => {
     expect(b["text/plain"]).toContain("tensor(");
     const html = b["text/html"]!;
     expect(html).toContain("Tensor [2, 2] float32 cpu");
+    // NB: a caption wider than a narrow table must not wrap ("Tensor [3, / 1] float32")
+    expect(html).toMatch(/<caption style="[^"]*white-space:nowrap[^"]*">Tensor \[2, 2\]/);
     for (const v of ["1.5", "2.0", "3.0", "4.0"]) expect(html).toContain(`>${v}<`);
   });
 
