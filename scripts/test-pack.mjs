@@ -10,7 +10,7 @@
  *    prebuildify produces, without compiling again; the vitest suite uses this).
  * 3. `npm pack` the stage (its prepack refuses a tarball without the prebuild); list the tarball.
  * 4. `npm install <tarball> --prefer-offline` into a scratch project, with TPRPC_NATIVE_STRICT=1.
- * 5. In the scratch project: `import("tprpc")` works; the installed loader returns the addon from
+ * 5. In the scratch project: `import("tprpc")` and `require("tprpc")` work; the installed loader returns the addon from
  *    prebuilds/ and capabilities() answers; no native/build folder was made; `npx tprpc-kernel install
  *    --prefix` writes a kernelspec that starts the installed package's kernel.
  * 6. Delete the prebuild and hide the compiler (CC, CXX): `npm rebuild tprpc` warns and exits 0;
@@ -170,6 +170,16 @@ try {
     `the addon came from the prebuild (${used.path})`,
   );
   check(typeof used.blas === "string" && used.aligned === true, "capabilities() and alloc() work");
+  // NB: the package is ESM; Node >= 20.19 loads it through require() as well (require(esm))
+  const required = sh(
+    process.execPath,
+    ["-e", 'const t = require("tprpc"); console.log(typeof t.rpc.initRpc, typeof t.tensor, Object.keys(t).length)'],
+    { cwd: scratch, env: cleanEnv },
+  )
+    .trim()
+    .split("\n")
+    .pop();
+  check(required === `function function ${used.exports}`, `require("tprpc") gives the same API (${required})`);
 
   // 5b. The notebook kernel: `npx tprpc-kernel install` from the depending project writes a kernelspec
   //     that starts the installed package's kernel.
