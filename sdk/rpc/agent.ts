@@ -218,6 +218,11 @@ export class Agent implements RRefHost {
 
   /** RRefHost: the owner's value. */
   fetch(owner: string, rrefId: string, timeoutMs?: number): Promise<unknown> {
+    try {
+      this.workerInfo(owner);
+    } catch (e) {
+      return Promise.reject(e);
+    }
     return this.request(owner, MessageType.RREF_FETCH, null, [], { rrefId }, timeoutMs);
   }
 
@@ -254,7 +259,7 @@ export class Agent implements RRefHost {
       .catch((e: Error) => debug(1, "rpc", `could not send ${kind} to ${to}: ${e.message}`));
   }
 
-  /** A request that expects RESPONSE or ERROR under its id. */
+  /** A request that expects RESPONSE or ERROR under its id; `to` is a member its caller already looked up. */
   private request(
     to: string,
     type: MessageType,
@@ -274,7 +279,6 @@ export class Agent implements RRefHost {
         throw new ValueError(
           `the arguments of a call are an array (args = [x, y]), got ${args === null ? "null" : typeof args}`,
         );
-      this.workerInfo(to);
       out = hookOutgoing(to, "request", args);
       // NB: code that came here shipped is described in the scope it was compiled with (its helpers)
       if (target !== null) record = this.describe(target, shippedScopeOf(target) ?? currentShippingScope());

@@ -154,6 +154,7 @@ export class RRefContext {
   private usersSinceCollect = 0;
   private idleTimer: NodeJS.Timeout | null = null;
   private firstUserAt = 0;
+  private lastUserAt = 0;
   private idleCollections = 0;
 
   /** How many step-6 collections this context started. */
@@ -164,19 +165,26 @@ export class RRefContext {
   /** Step 6: a user RRef was made here; arms (or pushes back) the idle collection. */
   private userMade(): void {
     if (++this.usersSinceCollect < IDLE_COLLECT_FORKS || !(COLLECT_BYTES > 0)) return;
-    const now = performance.now();
-    if (this.usersSinceCollect === IDLE_COLLECT_FORKS) this.firstUserAt = now;
-    if (this.idleTimer) clearTimeout(this.idleTimer);
-    const wait = Math.max(0, Math.min(IDLE_COLLECT_QUIET_MS, this.firstUserAt + IDLE_COLLECT_MAX_MS - now));
-    this.idleTimer = setTimeout(() => {
-      this.idleTimer = null;
-      this.usersSinceCollect = 0;
-      if (this.closed) return;
-      this.idleCollections++;
-      debug(2, "rref", "quiet after a burst of user RRefs: collecting so dropped ones are deleted");
-      collectGarbage();
-    }, wait);
-    this.idleTimer.unref();
+    this.lastUserAt = performance.now();
+    if (this.idleTimer) return;
+    // NB: one timer per burst, not one per RRef (remote() runs at tens of thousands a second): when
+    // it fires before the holder has been quiet long enough, it waits out the rest
+    this.firstUserAt = this.lastUserAt;
+    const arm = (ms: number) => {
+      this.idleTimer = setTimeout(() => {
+        const now = performance.now();
+        const due = Math.min(this.lastUserAt + IDLE_COLLECT_QUIET_MS, this.firstUserAt + IDLE_COLLECT_MAX_MS);
+        if (now < due && !this.closed) return arm(due - now);
+        this.idleTimer = null;
+        this.usersSinceCollect = 0;
+        if (this.closed) return;
+        this.idleCollections++;
+        debug(2, "rref", "quiet after a burst of user RRefs: collecting so dropped ones are deleted");
+        collectGarbage();
+      }, ms);
+      this.idleTimer.unref();
+    };
+    arm(IDLE_COLLECT_QUIET_MS);
   }
 
   /** Step 5 of the protocol: asks the holders of our values' forks to collect when our memory has grown. */

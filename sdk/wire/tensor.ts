@@ -64,29 +64,31 @@ function bytesOf(data: StorageArray, offsetElems: number, byteLength: number): U
   return new Uint8Array(data.buffer, data.byteOffset + offsetElems * data.BYTES_PER_ELEMENT, byteLength);
 }
 
+/** The buffer index of `elems` elements of t's storage from `start`: one buffer per window and message. */
+function windowBuffer(t: Tensor, ctx: WireEncodeContext, start: number, elems: number): number {
+  let byStorage = sentBuffers.get(ctx);
+  if (!byStorage) sentBuffers.set(ctx, (byStorage = new Map()));
+  let views = byStorage.get(t.storage);
+  if (!views) byStorage.set(t.storage, (views = new Map()));
+  const key = `${start}:${elems}`;
+  let index = views.get(key);
+  if (index === undefined) {
+    index = ctx.addBuffer(bytesOf(t.storage.data, start, elems * itemSize(t.dtype)), t.device);
+    views.set(key, index);
+  }
+  return index;
+}
+
 export function encodeTensor(t: Tensor, ctx: WireEncodeContext): TensorDescriptor {
   const numel = t.numel();
   const byteLength = numel * itemSize(t.dtype);
-  const window = (start: number, elems: number): number => {
-    let byStorage = sentBuffers.get(ctx);
-    if (!byStorage) sentBuffers.set(ctx, (byStorage = new Map()));
-    let views = byStorage.get(t.storage);
-    if (!views) byStorage.set(t.storage, (views = new Map()));
-    const key = `${start}:${elems}`;
-    let index = views.get(key);
-    if (index === undefined) {
-      index = ctx.addBuffer(bytesOf(t.storage.data, start, elems * itemSize(t.dtype)), t.device);
-      views.set(key, index);
-    }
-    return index;
-  };
   ctx.tensors.push(t);
   if (t.isContiguous() || numel === 0)
-    return [t.dtype, [...t.shape], window(t.offset, numel), t.device.toString(), t.requiresGrad];
+    return [t.dtype, [...t.shape], windowBuffer(t, ctx, t.offset, numel), t.device.toString(), t.requiresGrad];
   const span = spanOf(t);
   // NB: windows past 256 MiB are compacted: one copy costs less than sending up to 4x the bytes
   if (span && span[1] - span[0] <= STRIDED_SPAN_FACTOR * numel && (span[1] - span[0]) * itemSize(t.dtype) <= 2 ** 28) {
-    const index = window(span[0], span[1] - span[0]);
+    const index = windowBuffer(t, ctx, span[0], span[1] - span[0]);
     return [t.dtype, [...t.shape], index, t.device.toString(), t.requiresGrad, [...t.strides], t.offset - span[0]];
   }
   const c = contiguous(t);

@@ -20,6 +20,7 @@
 import { ValueError } from "../../errors/index.js";
 import { generateSecret } from "../../transport/auth.js";
 import { cuda, type Device } from "../../tensor/device.js";
+import { MAX_TIMER_MS } from "../timeouts.js";
 import {
   type DeviceMap,
   type DeviceMapInitOptions,
@@ -70,7 +71,6 @@ export const DEFAULT_INIT_TIMEOUT_MS = 60_000;
 const NAME = /^[A-Za-z0-9_.-]+$/;
 /** As PyTorch's WorkerInfo: longer names are refused (RRef and fork ids embed the name, and must decode). */
 export const MAX_NAME_LENGTH = 128;
-const MAX_TIMEOUT_MS = 2 ** 31 - 1; // NB: setTimeout's limit; larger values fire at once.
 
 /** Parses "tcp://host:port"; the host may be IPv4, a hostname or a bracketed IPv6 address. */
 export function parseTcpUrl(url: string): { host: string; port: number } {
@@ -197,7 +197,7 @@ export function parseInitOptions(
       true,
       Number.MAX_SAFE_INTEGER,
     ),
-    initTimeoutMs: parseTimeout(options.initTimeoutMs, DEFAULT_INIT_TIMEOUT_MS, "initTimeoutMs", false, MAX_TIMEOUT_MS),
+    initTimeoutMs: parseTimeout(options.initTimeoutMs, DEFAULT_INIT_TIMEOUT_MS, "initTimeoutMs", false, MAX_TIMER_MS),
     deviceMaps,
     devices,
   };
