@@ -6,7 +6,7 @@ import { defineConfig } from "eslint/config";
 import tseslint from "typescript-eslint";
 
 export default defineConfig(
-  { ignores: ["dist/", "native/", "notebooks/", "docs/"] },
+  { ignores: ["dist/", "kernel-ext/dist/", "native/", "notebooks/", "docs/"] },
   {
     files: ["**/*.ts"],
     languageOptions: {

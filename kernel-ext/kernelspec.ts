@@ -81,16 +81,16 @@ export function searchDirs(env: NodeJS.ProcessEnv = process.env): string[] {
 
 /** This package's root (the folder holding its package.json) and its tprpc-kernel script. */
 export function packagePaths(): { root: string; script: string } {
-  // NB: this file runs as dist/kernel-ext/kernelspec.js (or from source in tests): walk up to tprpc's package.json.
+  // NB: this file runs as dist/kernelspec.js (or from source in tests): walk up to tprpc-kernel's package.json.
   for (let dir = path.dirname(fileURLToPath(import.meta.url)); ;) {
     try {
       const pkg = JSON.parse(fs.readFileSync(path.join(dir, "package.json"), "utf8")) as { name?: string };
-      if (pkg.name === "tprpc") return { root: dir, script: path.join(dir, "kernel-ext", "bin", "tprpc-kernel.mjs") };
+      if (pkg.name === "tprpc-kernel") return { root: dir, script: path.join(dir, "bin", "tprpc-kernel.mjs") };
     } catch {
       // no package.json here
     }
     const up = path.dirname(dir);
-    if (up === dir) throw new KernelspecError(`cannot find the tprpc package root above ${import.meta.url}`);
+    if (up === dir) throw new KernelspecError(`cannot find the tprpc-kernel package root above ${import.meta.url}`);
     dir = up;
   }
 }

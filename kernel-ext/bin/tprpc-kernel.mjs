@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 // The `tprpc-kernel` command (install / uninstall / list the Jupyter kernelspec, and the kernel itself);
-// see kernel-ext/cli.ts. It runs the compiled kernel-ext in dist/.
+// see kernel-ext/cli.ts. It runs the compiled kernel in this package's dist/.
 import { fileURLToPath } from "node:url";
 
-const cli = new URL("../../dist/kernel-ext/cli.js", import.meta.url);
+const cli = new URL("../dist/cli.js", import.meta.url);
 let main;
 try {
   ({ main } = await import(cli.href));

@@ -206,7 +206,7 @@ describe("tprpc-kernel list and install", () => {
     const inA = kernel("list", "--prefix", a);
     expect(inA.code, inA.err).toBe(0);
     expect(inA.out).toBe(
-      `cli-a\t${path.join(a, "share/jupyter/kernels/cli-a")}\t(TypeScript (tprpc); package ${root})\n`,
+      `cli-a\t${path.join(a, "share/jupyter/kernels/cli-a")}\t(TypeScript (tprpc); package ${path.join(root, "kernel-ext")})\n`,
     );
     expect(kernel("list", "--prefix", b).out).toBe(
       "no tprpc kernelspec installed there (run: npx tprpc-kernel install)\n",
@@ -282,7 +282,7 @@ describe("tprpc-kernel list and install", () => {
     ]) {
       const r = loads(KERNEL, ...args);
       expect(r.code, args.join(" ")).toBe(0);
-      expect(r.modules, args.join(" ")).toContain(url("dist/kernel-ext/kernelspec.js"));
+      expect(r.modules, args.join(" ")).toContain(url("kernel-ext/dist/kernelspec.js"));
       expect(heavy(r.modules), args.join(" ")).toEqual([]);
       expect(r.addons, args.join(" ")).toEqual([]);
     }

@@ -43,7 +43,7 @@ describe("tprpc-kernel install / list / uninstall", () => {
     ]);
     expect(spec.display_name).toBe("TypeScript (tprpc)");
     expect(spec.interrupt_mode).toBe("signal");
-    expect(spec.metadata.tprpc.root).toBe(root);
+    expect(spec.metadata.tprpc.root).toBe(path.join(root, "kernel-ext"));
     const listed = cli("list");
     expect(listed.out).toContain("tprpc-test");
   });
