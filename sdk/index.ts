@@ -44,7 +44,7 @@ if (native) {
   );
 }
 
-// CUDA tensors: the CUDA device backend (memory and copies; no kernels yet, issue 9 part B) serves
+// CUDA tensors: the CUDA device backend (memory and copies; no kernels yet) serves
 // them where the driver is usable; it is looked for on first use of a cuda device, so importing
 // tprpc never runs cuInit. TPRPC_CUDA=0 turns it off.
 provideDeviceBackend("cuda", () => {

@@ -115,8 +115,8 @@ function defaultAllocate(n: number, device: DeviceRef): ChannelBuffer {
   // NB: every byte is overwritten, so skip zeroing. Up to POOL_MIN_BYTES, V8's own allocator: a dead
   // receive buffer is then freed by the next scavenge, and glibc hands the same warm memory back (its
   // mmap threshold rises to 32 MiB after the first free). The addon's pool frees a block only after a
-  // full mark-compact runs its finalizer, which made every few 4 MB messages cost one (measured: 3–4 ms
-  // of a 7 ms round trip). Larger buffers come from the pool: warm (huge pages, no 1.6 GB/s faulting)
+  // full mark-compact runs its finalizer, which would make every few 4 MB messages cost one (3–4 ms of
+  // a 7 ms round trip). Larger buffers come from the pool: warm (huge pages, no 1.6 GB/s faulting)
   // where V8's would be a fresh mapping each time, and the GC is cheap beside the transfer.
   // An ArrayBuffer of its own at offset 0 lets tensors view it.
   const ab = native && n > POOL_MIN_BYTES ? native.alloc(n, { zero: false }) : Buffer.allocUnsafeSlow(n).buffer;

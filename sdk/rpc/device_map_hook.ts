@@ -22,7 +22,7 @@
  * passes step 1's map check but is then refused (cannotSendFromDevice), and
  * step 2 only ever moves CPU tensors (where "cpu" is mapped). A GPU build
  * sends device memory through the CUDA channels and places received bytes on
- * the target device there (issue 9, part B).
+ * the target device there.
  */
 import { DeviceError } from "../errors/index.js";
 import { noGrad } from "../autograd/grad_mode.js";
@@ -76,7 +76,7 @@ export function mapTensors(v: unknown, f: (t: Tensor) => Tensor | void, seen = n
 
 /**
  * NB: the agent writes tensor bytes from host memory (wire + TCP); the CUDA channels that move
- * device memory are not built yet (issue 9, part B). Until then a mapped device tensor is refused
+ * device memory are not built yet. Until then a mapped device tensor is refused
  * here with what to do, rather than by the wire's generic "host code cannot read" error.
  */
 function cannotSendFromDevice(device: Device, to: string): DeviceError {

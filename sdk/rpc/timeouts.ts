@@ -4,8 +4,8 @@
  *
  * PyTorch takes timeouts in seconds as floats, where 0 means "no timeout";
  * here they are milliseconds, 0 still means none, and anything else that is
- * not a finite number >= 0 is a ValueError at the call (never a silent
- * "no timeout": `NaN` and negatives used to become exactly that).
+ * not a finite number >= 0 is a ValueError at the call, never a silent
+ * "no timeout" (which is what setTimeout makes of `NaN` and negatives).
  */
 import { ValueError } from "../errors/index.js";
 

@@ -142,8 +142,8 @@ void Unregister(void* base) {
 
 // What V8 is told a received mapping costs. V8 counts every ArrayBuffer's length as external memory,
 // which sets off its mark-compacts (64 MiB above the last one), but a copy-on-write mapping of a
-// peer's file costs only the pages this process writes; counting its whole length made every few
-// 4 MB receives cost a mark-compact (measured: median round trip 0.65 ms, p90 2 ms). Counting at
+// peer's file costs only the pages this process writes; counting its whole length would set off a
+// mark-compact every few 4 MB receives. Counting at
 // most kCounted per mapping still bounds how many mappings (and descriptors) wait for a collection.
 constexpr uint64_t kCounted = 1ull << 20;
 

@@ -15,13 +15,10 @@
  * resolves `done` once the bytes are in the ring; the descriptor carries the id
  * and length; recv() takes that record from the peer's ring into the
  * destination. Both sides copy concurrently (the ring is published per MiB).
- * Landing (./tagged_channel.ts, native/src/channels/shm/landing.cc): buffers of 64 KiB to
- * 64 MiB go instead, in one copy, into blocks of the receiver's shared memory that
- * it offered after the first ring transfer of their size class, and the receiving
- * pipe takes the block as the received buffer (measured 4 MB round trip ~2.2 →
- * ~1.3-1.6 ms, 40 MB ~19 → ~12 ms here). TPRPC_SHM_LANDING_BYTES (default
- * 256 MiB per channel and direction; 0 turns landing off) bounds the blocks; when a new size does
- * not fit, blocks of sizes unused for 2 s are taken back to make room.
+ * Landing: buffers of 64 KiB to 64 MiB go instead, in one copy, into blocks of the
+ * receiver's shared memory, which the receiving pipe takes as the received buffer.
+ * The design (offers, budget TPRPC_SHM_LANDING_BYTES, taking idle blocks back) is
+ * described once, in native/src/channels/shm/landing.h.
  *
  * Domain: same boot id, network namespace (abstract sockets live there) and
  * pid namespace (the pid check), and the same SHM_PROTOCOL. Priority: CHANNEL_PRIORITY.shm for cpu-cpu.

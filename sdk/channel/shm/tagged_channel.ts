@@ -9,13 +9,12 @@
  *    native side fills `into` with transfer `id` (the lengths must agree).
  * 3. close(error?) fails every pending operation with `error` (default: the
  *    peer is gone) and closes the native connection; idempotent.
- * Landing (shm only, connections with `land`): a buffer of 64 KiB to 64 MiB is
- * copied at once, on this thread, into a block of the receiver's shared memory
- * that the receiver offered us; the descriptor names the block (LANDED) and
- * `done` resolves at once. The receiver's pipe asks `adoptBuffer` for it, and
- * the block itself becomes the received buffer (no second copy, no thread
- * hand-off); a receiver that brings its own buffer gets a copy. Without a free
- * block of a fitting size the transfer goes through the ring as in 1.
+ * Landing (shm only, connections with `land`; the design is in
+ * native/src/channels/shm/landing.h): a buffer of 64 KiB to 64 MiB is copied at
+ * once, on this thread, into a block the receiver offered us; the descriptor
+ * names the block (LANDED) and `done` resolves at once. The receiver's pipe asks
+ * `adoptBuffer` for it; a receiver that brings its own buffer gets a copy.
+ * Without a free block of a fitting size the transfer goes through the ring as in 1.
  * Shared storages (shm only, connections with `share`): a buffer of at least 64 KiB that lies in
  * a shared storage (Tensor.shareMemory_, or one received this way) goes as the storage's file,
  * frozen and sealed, with no copy at all; the descriptor names the transfer (SHARED) and the

@@ -28,9 +28,8 @@ constexpr int kLandBurst = 4;              // blocks offered after one ring tran
 constexpr std::chrono::milliseconds kLandIdle{2000};
 
 // memcpy of a large buffer on the kernels' thread pool as well as the calling thread: one thread does
-// not reach the memory bandwidth (measured here at 40 MB: 2.6-2.9 ms alone, 2.3 ms on two threads;
-// the channel-level 40 MB echo 12.6-12.9 -> 12.0 ms). Up to one grain it stays on the calling thread:
-// the hand-off is not worth it there (a 4 MB echo was no faster).
+// not reach the memory bandwidth (a 40 MB copy: 2.6-2.9 ms on one thread, 2.3 ms on two). Up to one
+// grain it stays on the calling thread: the hand-off is not worth it there (a 4 MB echo is no faster).
 constexpr int64_t kCopyGrain = 8 << 20;
 void ParallelCopy(char* dst, const char* src, uint64_t n) {
   ParallelFor(static_cast<int64_t>(n), kCopyGrain, [&](int64_t b, int64_t e) { std::memcpy(dst + b, src + b, e - b); });
@@ -197,7 +196,7 @@ uint64_t Landing::bytes() {
 
 // What V8 is told about adopted blocks (mu_ held, JS thread). V8 adds every ArrayBuffer's length to
 // the external memory that sets off its mark-compacts (64 MiB above the last one). A scavenge frees
-// a dead young buffer (measured: Node 20 runs the finalizer at the next setImmediate), but one that
+// a dead young buffer (Node 20 runs the finalizer at the next setImmediate), but one that
 // survived two (promoted) waits for a mark-compact. Counting every adopted block would cost a
 // mark-compact every other 40 MB message, though the blocks are memory the channel holds anyway,
 // within its budget. So:
