@@ -17,7 +17,7 @@
  *    files and the dependencies it added) is printed, and tprpc over 40 MB fails the check.
  * 5. In the scratch project: `import("tprpc")` and `require("tprpc")` give the same API; the addon loads
  *    from the prebuild and answers; no native/build was made; `npx tprpc-kernel install --prefix P`
- *    writes a kernelspec that runs the installed kernel.
+ *    writes a kernelspec that runs the installed kernel, which imports the installed SDK and tslab.
  * 6. The master script from README.md (the ```ts block starting `// master.ts`) and the tsconfig.json
  *    the README's set-up writes, compiled by the scratch project's own TypeScript (no @types/node
  *    installed by hand; library checks on), then run: two `tprpc worker` processes of the installed
@@ -296,6 +296,22 @@ try {
     `the kernelspec runs the installed kernel (${spec.argv.join(" ")})`,
   );
   summary.kernelspec = spec.argv.slice(0, 3);
+  // The installed kernel finds the installed SDK (its prelude's import) and tslab's modules it wraps.
+  const kernelJs = path.join(nm, "tprpc-kernel/dist/kernel.js");
+  const wiring = `
+    const k = await import(${JSON.stringify(kernelJs)});
+    const { createRequire } = await import("node:module");
+    const req = createRequire(${JSON.stringify(kernelJs)});
+    console.log(JSON.stringify({ sdk: k.sdkEntry(), tslab: typeof req("tslab/dist/executor.js").createExecutor }));`;
+  const wired = JSON.parse(
+    lastLine(
+      sh(process.execPath, ["--input-type=module", "-e", wiring], { cwd: scratch, env: cleanEnv, timeout: 60_000 }),
+    ),
+  );
+  check(
+    wired.sdk === path.join(pkg, "dist/sdk/index.js") && wired.tslab === "function",
+    `the installed kernel imports the installed SDK and tslab (${JSON.stringify(wired)})`,
+  );
 
   // 6. The README's master script, in TypeScript.
   log(`npm install typescript@${tsVersion()} (the scratch project's own compiler)`);
