@@ -3,7 +3,9 @@
  * The pack-and-install check (npm run test:pack; CI runs it after npm test): the two packages of this
  * repository, packed and installed as a user would, with no compiler on PATH.
  *
- * 1. Build: tsc (npm run build), then the linux-x64 prebuild: `npm run prebuildify` (a full compile), or
+ * 1. Build: tsc (npm run build), then the linux-x64 prebuild: `npm run prebuildify` (a full compile, which
+ *    node-gyp does afresh in native/build; then `npm run build:native` puts back the
+ *    native/build/Release/tprpc.node that prebuildify moved into prebuilds/), or
  *    with --from-build the checkout's native/build/Release/tprpc.node stripped into the same place (what
  *    prebuildify produces, without compiling again). The prebuild must carry no symbol table or debug
  *    sections and need only glibc (ldd).
@@ -155,6 +157,8 @@ try {
   } else {
     log("npm run prebuildify (a full compile)");
     sh("npm", ["run", "prebuildify", "--silent"], { cwd: root, env: cleanEnv, timeout: 1_800_000 });
+    // NB: prebuildify moves native/build/Release/tprpc.node into prebuilds/; make copies it back from obj.target/.
+    sh("npm", ["run", "build:native", "--silent"], { cwd: root, env: cleanEnv, timeout: 1_800_000 });
   }
   check(fs.existsSync(prebuild), `${prebuild} exists`);
   summary.prebuildBytes = fs.statSync(prebuild).size;
