@@ -28,3 +28,4 @@ export {
 export { Work } from "./work.js";
 export { ReduceOp } from "./reduce_op.js";
 export type { ProcessGroup } from "./group.js";
+export { DistributedDataParallel, type DistributedDataParallelOptions } from "./ddp.js";

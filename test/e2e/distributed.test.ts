@@ -118,6 +118,37 @@ async function manyConcurrent(k: number): Promise<number> {
   return checks.filter((c) => !c()).length;
 }
 
+/**
+ * Three SGD steps on a 32-row batch, the model seeded per rank (DDP's start-up broadcast makes the
+ * replicas equal): with DDP each rank trains on its 8 rows; `reference` trains one model on all 32
+ * rows without DDP. Returns the flat parameters.
+ */
+async function ddpTrain(reference: boolean): Promise<number[]> {
+  const d = tprpc.distributed;
+  const nn = tprpc.nn;
+  const rank = reference ? 0 : d.getRank();
+  tprpc.manualSeed(100 + rank);
+  const m = new nn.Sequential(
+    new nn.Linear(10, 64),
+    new nn.Tanh(),
+    new nn.Linear(64, 64),
+    new nn.Tanh(),
+    new nn.Linear(64, 4),
+  );
+  const x = tprpc.randn([32, 10], { generator: new tprpc.Generator(11) });
+  const y = tprpc.randn([32, 4], { generator: new tprpc.Generator(12) });
+  const ddp = reference ? null : await d.DistributedDataParallel.create(m, { bucketCapMb: 0.01 });
+  const opt = new tprpc.optim.SGD(m.parameters(), { lr: 0.05, momentum: 0.9 });
+  const rows = (t: sdk.Tensor) => (reference ? t : t.narrow(0, rank * 8, 8));
+  for (let s = 0; s < 3; s++) {
+    opt.zeroGrad();
+    nn.functional.mseLoss((ddp ?? m).forward(rows(x)) as sdk.Tensor, rows(y)).backward();
+    await ddp?.finishGradientSync();
+    opt.step();
+  }
+  return [...tprpc.cat(m.parameters().map((p) => p.detach().flatten())).tolist()] as number[];
+}
+
 const channels: [string, string | null][] = [
   ["shm", null],
   ["cma", cmaChannelContext.whyNotViable() ?? null],
@@ -168,6 +199,12 @@ describe("distributed with 4 processes: concurrency and a dead peer", () => {
   it("many concurrent tagged operations and any-source receives", async () => {
     const bad = await within(onEveryRank(cluster!, manyConcurrent, [24]), 60_000, "concurrent operations");
     expect(bad).toEqual([0, 0, 0, 0]);
+  }, 90_000);
+
+  it("DDP over 4 processes trains exactly as one process on the concatenated batch", async () => {
+    const want = sdk.tensor(await ddpTrain(true));
+    const got = await within(onEveryRank(cluster!, ddpTrain, [false]), 60_000, "DDP training");
+    for (const g of got) expect(sdk.tensor(g).sub(want).abs().max().item()).toBeLessThan(1e-5);
   }, 90_000);
 
   it("a peer killed mid-operation fails pending receives and collectives with WorkerUnavailableError", async () => {
