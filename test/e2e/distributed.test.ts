@@ -146,7 +146,7 @@ async function ddpTrain(reference: boolean): Promise<number[]> {
     await ddp?.finishGradientSync();
     opt.step();
   }
-  return [...tprpc.cat(m.parameters().map((p) => p.detach().flatten())).tolist()] as number[];
+  return tprpc.cat(m.parameters().map((p) => p.detach().flatten())).tolist() as number[];
 }
 
 const channels: [string, string | null][] = [
