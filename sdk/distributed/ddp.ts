@@ -35,7 +35,8 @@
  * with each other (their chunks interleave on the pipes) and with whatever
  * the program does before it awaits finishGradientSync(). Communication does
  * not overlap the backward computation itself, as it does in PyTorch.
- * Buffers are broadcast once, at construction (not before every forward).
+ * Buffers are broadcast once, at construction (not before every forward). Wrapping a module
+ * again (a notebook cell run twice) leaves the older wrapper's hooks inert.
  */
 import { ValueError } from "../errors/index.js";
 import type { Parameter } from "../nn/parameter.js";
@@ -88,6 +89,9 @@ function makeBuckets(params: readonly Parameter[], capBytes: number): Bucket[] {
   return out;
 }
 
+/** The DDP instance each parameter reports to: the latest one that wrapped it (older ones' hooks go inert). */
+const ownerOf = new WeakMap<Parameter, object>();
+
 export class DistributedDataParallel<M extends Module = Module> extends Module {
   /** Resolves once the starting parameters and buffers have been broadcast. */
   readonly ready: Promise<void>;
@@ -115,7 +119,12 @@ export class DistributedDataParallel<M extends Module = Module> extends Module {
     const params = module.parameters().filter((p) => p.requiresGrad);
     this.#buckets = makeBuckets([...params].reverse(), cap * 2 ** 20);
     for (const b of this.#buckets) for (const p of b.params) this.#bucketOf.set(p, b);
-    for (const p of params) p.registerHook(() => this.#markReady(p));
+    for (const p of params) {
+      ownerOf.set(p, this);
+      p.registerHook(() => {
+        if (ownerOf.get(p) === this) this.#markReady(p);
+      });
+    }
     this.ready = opts.broadcastAtStart === false ? Promise.resolve() : this.#broadcastState();
     this.ready.catch(() => undefined);
   }

@@ -77,6 +77,22 @@ describe("DistributedDataParallel", () => {
     for (const g of grads) g.slice(1).forEach((x, i) => expect(x.sub(want[i]!).abs().max().item()).toBeLessThan(1e-6));
   });
 
+  it("wrapping a module again leaves the older wrapper's hooks inert", async () => {
+    const ref = model(1);
+    loss(ref, X, Y).backward();
+    const grads = await onEach(async (r) => {
+      const m = model(1 + r);
+      const old = await dist.DistributedDataParallel.create(m);
+      const ddp = await dist.DistributedDataParallel.create(m);
+      loss(ddp, rows(X, r), rows(Y, r)).backward();
+      await ddp.finishGradientSync();
+      await old.finishGradientSync(); // nothing was marked for it: no collective launched
+      return m.parameters().map((p) => p.grad!);
+    });
+    const want = ref.parameters().map((p) => p.grad!);
+    for (const g of grads) g.forEach((x, i) => expect(x.sub(want[i]!).abs().max().item()).toBeLessThan(1e-6));
+  });
+
   it("SGD steps on DDP replicas track single-process training", async () => {
     const ref = model(1);
     const refOpt = new optim.SGD(ref.parameters(), { lr: 0.1, momentum: 0.9 });
