@@ -27,6 +27,9 @@
  *    and copies the averages back into each `.grad`.
  * 4. `noSync(fn)`: backward passes inside fn only accumulate local gradients;
  *    the next synchronized backward reduces the accumulated sum.
+ * 5. Inside a distributed autograd context (distAutograd.backward), the
+ *    gradients are the context's, not .grad: the iteration reads and writes
+ *    those (in place), so a DistributedOptimizer steps with the averages.
  *
  * What overlaps: tprpc's autograd engine is synchronous, so no message can
  * move while backward runs. The hooks mark buckets during backward and the
@@ -39,6 +42,7 @@
  * again (a notebook cell run twice) leaves the older wrapper's hooks inert.
  */
 import { ValueError } from "../errors/index.js";
+import { currentContextId, findContext } from "../dist_autograd/context.js";
 import type { Parameter } from "../nn/parameter.js";
 import { Module } from "../nn/module.js";
 import * as raw from "../tensor/raw.js";
@@ -104,6 +108,8 @@ export class DistributedDataParallel<M extends Module = Module> extends Module {
   #launched = 0;
   #launchQueued = false;
   #active = false;
+  /** The distributed autograd context this iteration's backward ran in (its gradients are there), or null. */
+  #ctxId: number | null = null;
 
   constructor(
     /** The wrapped module (torch's `ddp.module`). */
@@ -190,12 +196,14 @@ export class DistributedDataParallel<M extends Module = Module> extends Module {
     }
     this.#launched = 0;
     this.#active = false;
+    this.#ctxId = null;
     if (failures.length) throw failures[0]!;
   }
 
   #markReady(p: Parameter): void {
     if (!this.#sync) return;
     const b = this.#bucketOf.get(p)!;
+    if (!this.#active) this.#ctxId = currentContextId();
     this.#active = true;
     b.ready++;
     // NB: the hook runs before the gradient is accumulated into .grad; the launch reads .grad, so
@@ -217,8 +225,8 @@ export class DistributedDataParallel<M extends Module = Module> extends Module {
       this.#launched++;
       const flat = raw.empty([b.numel], b.dtype);
       b.params.forEach((p, i) => {
-        if (p.grad)
-          raw.copyInto(new Tensor(flat.storage, [...p.shape], contiguousStrides(p.shape), b.offsets[i]!), p.grad);
+        const g = this.#gradOf(p);
+        if (g) raw.copyInto(new Tensor(flat.storage, [...p.shape], contiguousStrides(p.shape), b.offsets[i]!), g);
       });
       b.flat = flat;
       b.work = allReduce(flat, {
@@ -230,12 +238,21 @@ export class DistributedDataParallel<M extends Module = Module> extends Module {
     }
   }
 
-  /** Copies a reduced bucket back into its parameters' .grad. */
+  /** A parameter's gradient of this iteration: its .grad, or its entry in the distributed autograd context. */
+  #gradOf(p: Parameter): Tensor | null {
+    if (this.#ctxId === null) return p.grad;
+    return findContext(this.#ctxId)?.grads.get(p) ?? null;
+  }
+
+  /** Copies a reduced bucket back into its parameters' .grad (or their context entries, in place). */
   #unpack(b: Bucket): void {
     const flat = b.flat!;
+    const ctx = this.#ctxId === null ? null : findContext(this.#ctxId);
     b.params.forEach((p, i) => {
       const avg = new Tensor(flat.storage, [...p.shape], contiguousStrides(p.shape), b.offsets[i]!);
-      if (p.grad && p.grad.isContiguous() && p.grad.dtype === avg.dtype) raw.copyInto(p.grad, avg);
+      const cur = ctx ? (ctx.grads.get(p) ?? null) : p.grad;
+      if (cur && cur.isContiguous() && cur.dtype === avg.dtype) raw.copyInto(cur, avg);
+      else if (ctx) ctx.grads.set(p, raw.copyAs(avg));
       else p.grad = raw.copyAs(avg);
     });
   }

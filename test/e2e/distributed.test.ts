@@ -149,6 +149,36 @@ async function ddpTrain(reference: boolean): Promise<number[]> {
   return tprpc.cat(m.parameters().map((p) => p.detach().flatten())).tolist() as number[];
 }
 
+/**
+ * One DDP backward inside a distributed autograd context on this rank's 8 rows: the averaged
+ * gradients land in the context (getGradients), as DistributedOptimizer reads them; `reference`
+ * is the plain backward on all 32 rows of one model. Returns the flat gradients in parameter order.
+ */
+async function ddpContextGrads(reference: boolean): Promise<number[]> {
+  const d = tprpc.distributed;
+  const nn = tprpc.nn;
+  const rank = reference ? 0 : d.getRank();
+  tprpc.manualSeed(200 + rank);
+  const m = new nn.Sequential(new nn.Linear(10, 32), new nn.Tanh(), new nn.Linear(32, 4));
+  const x = tprpc.randn([32, 10], { generator: new tprpc.Generator(21) });
+  const y = tprpc.randn([32, 4], { generator: new tprpc.Generator(22) });
+  const flat = (ts: sdk.Tensor[]) => tprpc.cat(ts.map((t) => t.flatten())).tolist() as number[];
+  if (reference) {
+    nn.functional.mseLoss(m.forward(x), y).backward();
+    return flat(m.parameters().map((p) => p.grad!));
+  }
+  const ddp = await d.DistributedDataParallel.create(m);
+  return tprpc.distAutograd.context(async (ctxId) => {
+    const rows = (t: sdk.Tensor) => t.narrow(0, rank * 8, 8);
+    const loss = nn.functional.mseLoss(ddp.forward(rows(x)) as sdk.Tensor, rows(y));
+    await tprpc.distAutograd.backward(ctxId, [loss]);
+    await ddp.finishGradientSync();
+    const g = tprpc.distAutograd.getGradients(ctxId);
+    if (m.parameters().some((p) => p.grad !== null)) throw new Error(".grad was written inside a context");
+    return flat(m.parameters().map((p) => g.get(p)!));
+  });
+}
+
 const channels: [string, string | null][] = [
   ["shm", null],
   ["cma", cmaChannelContext.whyNotViable() ?? null],
@@ -205,6 +235,12 @@ describe("distributed with 4 processes: concurrency and a dead peer", () => {
     const want = sdk.tensor(await ddpTrain(true));
     const got = await within(onEveryRank(cluster!, ddpTrain, [false]), 60_000, "DDP training");
     for (const g of got) expect(sdk.tensor(g).sub(want).abs().max().item()).toBeLessThan(1e-5);
+  }, 90_000);
+
+  it("DDP inside a distributed autograd context averages the context's gradients", async () => {
+    const want = sdk.tensor(await ddpContextGrads(true));
+    const got = await within(onEveryRank(cluster!, ddpContextGrads, [false]), 60_000, "DDP in a context");
+    for (const g of got) expect(sdk.tensor(g).sub(want).abs().max().item()).toBeLessThan(1e-6);
   }, 90_000);
 
   it("a peer killed mid-operation fails pending receives and collectives with WorkerUnavailableError", async () => {
