@@ -295,6 +295,21 @@ describe.each([
 });
 
 describe("collective errors", () => {
+  it("a collective a member never joins fails with RpcTimeoutError after timeoutMs", async () => {
+    const t0 = Date.now();
+    // a fresh group, so the world's collective count stays in step for the other tests
+    const res = await Promise.all(
+      [0, 1].map((r) =>
+        as(r, () => dist.allReduce(zeros([4]), { group: dist.newGroup([0, 1, 2]), timeoutMs: 300 })).then(
+          () => null,
+          (e: Error) => e,
+        ),
+      ),
+    );
+    for (const e of res) expect(e).toBeInstanceOf(tprpc.RpcTimeoutError);
+    expect(Date.now() - t0).toBeLessThan(5_000);
+  });
+
   it("ranks that disagree on the size fail with TensorMismatchError; AVG of integers is a ValueError", async () => {
     const res = await onEach((r) =>
       dist.allReduce(zeros([r === 1 ? 4 : 3]), { timeoutMs: 2_000 }).then(
