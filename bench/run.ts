@@ -19,7 +19,9 @@
  * time = median over trials; torch_ref.py measures the same way. Run: npm run bench [-- --quick]
  *
  * Then the RPC section (bench/rpc.ts): tprpc over TCP vs PyTorch RPC between two local
- * processes. `-- --rpc-only` / `-- --no-rpc` run one section.
+ * processes. `-- --rpc-only` / `-- --no-rpc` run one section. `-- --collectives` runs only the
+ * tprpc.distributed section (bench/collectives.ts: send/recv per channel, allReduce in 3 and 4
+ * processes, beside torch.distributed's gloo).
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -28,6 +30,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { backend, manualSeed, randn, setNumThreads } from "../sdk/index.js";
 import { rpcBench } from "./rpc.js";
+import { collectivesBench } from "./collectives.js";
 
 const QUICK = process.argv.includes("--quick");
 const MATMUL_SIZES = QUICK ? [256, 512] : [256, 512, 1024, 2048];
@@ -291,6 +294,7 @@ function main(): void {
 
 const childAt = process.argv.indexOf("--child");
 if (childAt >= 0) child(process.argv[childAt + 1]!, Number(process.argv[childAt + 2]));
+else if (process.argv.includes("--collectives")) await collectivesBench(QUICK);
 else {
   // --rpc-only / --no-rpc pick one section; the RPC section (bench/rpc.ts) follows the tensor one.
   if (!process.argv.includes("--rpc-only")) main();

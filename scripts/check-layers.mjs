@@ -60,6 +60,8 @@ export const ALLOWED = {
   dist_autograd: RPC,
   dist_optim: [...RPC, "dist_autograd", "nn", "optim"],
   remote_module: [...RPC, "dist_autograd", "nn", "optim"],
+  // Point-to-point, collectives and DistributedDataParallel (over rpc; DDP wraps nn modules).
+  distributed: [...RPC, "dist_autograd", "nn"],
   // Notebook helpers: display renders tensors, progress and charts; cluster starts local workers.
   display: TENSOR,
   cluster: [...RPC, "display"],

@@ -181,6 +181,7 @@ export * as nn from "./nn/index.js";
 
 export * as rpc from "./rpc/api.js";
 export * as distAutograd from "./dist_autograd/index.js";
+export * as distributed from "./distributed/index.js";
 export { DistributedOptimizer } from "./dist_optim/index.js";
 export { RemoteModule } from "./remote_module/index.js";
 export * as cluster from "./cluster/index.js";

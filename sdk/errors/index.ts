@@ -110,3 +110,24 @@ export class ChannelNotViableError extends RpcError {}
 
 /** The RPC API was used before initRpc or after shutdown. */
 export class RpcNotInitializedError extends RpcError {}
+
+/** Base class of the errors raised by tprpc.distributed (point-to-point and collectives). */
+export class DistributedError extends RpcError {}
+
+/**
+ * A received tensor that does not fit the tensor posted for it (shape, dtype or device), or
+ * collective inputs that disagree across ranks. `local` and `remote` describe both sides.
+ */
+export class TensorMismatchError extends DistributedError {
+  constructor(
+    message: string,
+    /** What differs: "shape", "dtype", "device" or "numel". */
+    readonly what: string,
+    /** This side's value, e.g. "[2, 3]" or "float32". */
+    readonly local: string,
+    /** The other side's value. */
+    readonly remote: string,
+  ) {
+    super(message);
+  }
+}

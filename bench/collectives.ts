@@ -1,0 +1,213 @@
+/**
+ * `npm run bench -- --collectives`: tprpc.distributed beside torch.distributed (gloo), measured in one run.
+ *
+ * 1. torch: bench/reference/torch_collectives.py under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides):
+ *    gloo send/recv round trips between 2 processes and all_reduce in 3 and 4 processes (spawned with
+ *    torch.multiprocessing). Missing torch prints why and the tprpc columns are still measured.
+ * 2. tprpc, point-to-point, per cpu channel (shm, cma, tcp; each pinned with TPRPC_CHANNELS / options.channels,
+ *    skipped where not viable): this process (rank 0) and one worker; rank 0 sends a float32 tensor and
+ *    receives it back (the worker runs a shipped recv-then-send loop). Beside it, rpcSync identity round
+ *    trips of the same tensor on the same pipe: the acceptance is p2p no slower than rpcSync at 4 MB.
+ * 3. tprpc, allReduce (SUM, in place) in 3 and 4 processes (every channel allowed: shm between local
+ *    processes), every rank running the same shipped loop; rank 0's median per call. Bus bandwidth =
+ *    bytes / t * 2 (n - 1) / n (nccl-tests' definition), beside gloo's.
+ * Timing as bench/reference/timing.py: warm-up, then trials of a batch, the median per call; fewer
+ * repetitions with --quick (sizes up to 40 MB then). On a loaded machine the figures move a lot: compare
+ * the ratios printed from this one run, never figures from different runs.
+ */
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import * as sdk from "../sdk/index.js";
+import { rpc } from "../sdk/index.js";
+import { cmaChannelContext } from "../sdk/channel/cma/index.js";
+import { startLocalWorkers } from "../sdk/rpc/launcher.js";
+import { type Plan, fmtTime, median, now, repoRoot, rpcSyncRoundTrip } from "./rpc_common.js";
+
+// NB: shipped functions name the SDK `tprpc` on the workers; rank 0 runs the same functions here.
+declare const tprpc: typeof import("../sdk/index.js");
+(globalThis as Record<string, unknown>).tprpc = sdk;
+
+const P2P_SIZES = [4_000, 4_000_000, 40_000_000];
+const SIZES = [4_000, 400_000, 4_000_000, 40_000_000, 400_000_000];
+const WORLDS = [3, 4];
+
+function plan(nbytes: number, quick: boolean): Plan {
+  if (nbytes <= 4_000) return quick ? [20, 5, 20] : [100, 15, 50];
+  if (nbytes <= 4_000_000) return quick ? [3, 5, 3] : [5, 10, 5];
+  if (nbytes <= 40_000_000) return quick ? [2, 3, 1] : [3, 7, 1];
+  return quick ? [1, 2, 1] : [1, 3, 1];
+}
+
+/** The worker's side of the round trips: `count` times, receive from rank 0 and send it back. */
+async function echoLoop(nbytes: number, count: number): Promise<void> {
+  const t = tprpc.zeros([nbytes / 4]);
+  for (let i = 0; i < count; i++) {
+    await tprpc.distributed.recv(t, 0);
+    await tprpc.distributed.send(t, 0);
+  }
+}
+
+/** Every rank: median seconds per allReduce of `nbytes` (warm-up, then trials of a batch). */
+async function allReduceLoop(nbytes: number, [warm, trials, batch]: Plan): Promise<number> {
+  const d = tprpc.distributed;
+  const t = tprpc.ones([nbytes / 4]);
+  for (let i = 0; i < warm; i++) await d.allReduce(t);
+  const per: number[] = [];
+  for (let k = 0; k < trials; k++) {
+    await d.barrier();
+    const t0 = performance.now();
+    for (let i = 0; i < batch; i++) await d.allReduce(t);
+    per.push((performance.now() - t0) / 1e3 / batch);
+  }
+  per.sort((a, b) => a - b);
+  return per[per.length >> 1]!;
+}
+
+interface Torch {
+  p2p: Map<number, number>;
+  /** `${world}/${bytes}` -> seconds */
+  allReduce: Map<string, number>;
+  header: string;
+}
+
+function runTorch(quick: boolean): Torch | string {
+  const script = path.join(repoRoot() ?? ".", "bench", "reference", "torch_collectives.py");
+  if (!fs.existsSync(script)) return "bench/reference/torch_collectives.py not found";
+  const python = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
+  const sizes = quick ? SIZES.filter((n) => n <= 40_000_000) : SIZES;
+  const args = [script, "--sizes", sizes.join(","), "--p2p-sizes", P2P_SIZES.join(","), "--worlds", WORLDS.join(",")];
+  const r = spawnSync(python, quick ? [...args, "--quick"] : args, { encoding: "utf8", timeout: 1_800_000 });
+  if (r.error) return `${python}: ${r.error.message}`;
+  if (r.status !== 0) return `${python} exited ${r.status}: ${(r.stderr ?? "").trim().slice(-300)}`;
+  const out: Torch = { p2p: new Map(), allReduce: new Map(), header: "" };
+  for (const line of r.stdout.split("\n")) {
+    if (line.startsWith("# ")) out.header = line.slice(2);
+    const p = /^p2p round trip ([\d,]+) B ([\d.]+) s/.exec(line);
+    if (p) out.p2p.set(Number(p[1]!.replace(/,/g, "")), Number(p[2]));
+    const a = /^all_reduce (\d+) procs ([\d,]+) B ([\d.]+) s/.exec(line);
+    if (a) out.allReduce.set(`${a[1]}/${Number(a[2]!.replace(/,/g, ""))}`, Number(a[3]));
+  }
+  return out;
+}
+
+/** Point-to-point and rpcSync round trips over one channel: bytes -> [p2p s, rpcSync s]. */
+async function p2pOver(channel: string, quick: boolean): Promise<Map<number, [number, number]>> {
+  const cluster = await startLocalWorkers({ workers: 1, env: { TPRPC_CHANNELS: channel } });
+  const out = new Map<number, [number, number]>();
+  try {
+    await rpc.initRpc("master", {
+      ...cluster.initOptions,
+      rpcTimeoutMs: 300_000,
+      initTimeoutMs: 30_000,
+      channels: channel,
+    });
+    const got = (await rpc.pipeInfo("worker1")).channels["cpu-cpu"];
+    if (got !== channel) throw new Error(`the pipe chose ${got}, not ${channel}`);
+    for (const n of P2P_SIZES) {
+      const [warm, trials, batch] = plan(n, quick);
+      const echo = rpc.rpcAsync("worker1", echoLoop, [n, warm + trials * batch]);
+      const t = sdk.ones([n / 4]);
+      const roundTrip = async () => {
+        await sdk.distributed.send(t, 1);
+        await sdk.distributed.recv(t, 1);
+      };
+      for (let i = 0; i < warm; i++) await roundTrip();
+      const per: number[] = [];
+      for (let k = 0; k < trials; k++) {
+        const t0 = now();
+        for (let i = 0; i < batch; i++) await roundTrip();
+        per.push((now() - t0) / batch);
+      }
+      await echo;
+      out.set(n, [median(per), await rpcSyncRoundTrip("worker1", n, plan(n, quick))]);
+    }
+    await rpc.shutdown({ timeoutMs: 10_000 });
+  } finally {
+    await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
+    await cluster.close();
+  }
+  return out;
+}
+
+/** allReduce in `world` processes: bytes -> rank 0's median seconds. */
+async function allReduceIn(world: number, sizes: number[], quick: boolean): Promise<Map<number, number>> {
+  const cluster = await startLocalWorkers({ workers: world - 1 });
+  const out = new Map<number, number>();
+  try {
+    await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 600_000, initTimeoutMs: 30_000 });
+    for (const n of sizes) {
+      const p = plan(n, quick);
+      const others = cluster.workers.map((w) => rpc.rpcSync<number>(w.name, allReduceLoop, [n, p]));
+      out.set(n, await allReduceLoop(n, p));
+      await Promise.all(others);
+      (globalThis as { gc?: () => void }).gc?.();
+    }
+    await rpc.shutdown({ timeoutMs: 10_000 });
+  } finally {
+    await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
+    await cluster.close();
+  }
+  return out;
+}
+
+const fmtBytes = (n: number) => (n >= 1e6 ? `${n / 1e6} MB` : `${n / 1e3} KB`);
+const gbs = (bytes: number, s: number | undefined) => (s === undefined ? "-" : `${(bytes / s / 1e9).toFixed(2)} GB/s`);
+const ratio = (r: number | undefined) => (r === undefined || !Number.isFinite(r) ? "-" : `${r.toFixed(2)}x`);
+
+export async function collectivesBench(quick: boolean): Promise<void> {
+  const wall = now();
+  const torch = process.argv.includes("--no-torch") ? "skipped (--no-torch)" : runTorch(quick);
+  const t = typeof torch === "string" ? undefined : torch;
+  const channels = ["shm", "cma", "tcp"].filter((c) => c !== "cma" || !cmaChannelContext.whyNotViable());
+  const p2p = new Map<string, Map<number, [number, number]>>();
+  for (const c of channels) p2p.set(c, await p2pOver(c, quick));
+  const sizes = quick ? SIZES.filter((n) => n <= 40_000_000) : SIZES;
+  const ar = new Map<number, Map<number, number>>();
+  for (const w of WORLDS) ar.set(w, await allReduceIn(w, sizes, quick));
+
+  console.log("");
+  console.log("tprpc bench: tprpc.distributed beside torch.distributed (gloo), local processes, measured in this run");
+  console.log(typeof torch === "string" ? `torch reference unavailable (${torch})` : `torch: ${torch.header}`);
+  console.log("round trip = rank 0 sends a float32 tensor to rank 1 and receives it back; GB/s counts both ways");
+  console.log("");
+  const head =
+    "send/recv round trip".padEnd(26) +
+    ["tprpc p2p", "tprpc rpcSync", "p2p vs rpcSync", "gloo", "p2p vs gloo"].map((h) => h.padStart(24)).join("");
+  console.log(head);
+  console.log("-".repeat(head.length));
+  for (const c of channels)
+    for (const n of P2P_SIZES) {
+      const [p, r] = p2p.get(c)!.get(n)!;
+      const g = t?.p2p.get(n);
+      const cell = (s: number | undefined) =>
+        s === undefined ? "-" : n >= 4_000_000 ? `${fmtTime(s)} (${gbs(2 * n, s)})` : fmtTime(s);
+      console.log(
+        `${c}, ${fmtBytes(n)}`.padEnd(26) +
+          [cell(p), cell(r), ratio(r / p), cell(g), ratio(g === undefined ? undefined : g / p)]
+            .map((x) => x.padStart(24))
+            .join(""),
+      );
+    }
+  console.log("(ratios: > 1 means tprpc p2p is faster; gloo has one transport, tcp)");
+  console.log("");
+  const head2 =
+    "allReduce (sum), bus bandwidth".padEnd(34) + ["tprpc", "gloo", "tprpc / gloo"].map((h) => h.padStart(26)).join("");
+  console.log(head2);
+  console.log("-".repeat(head2.length));
+  for (const w of WORLDS)
+    for (const n of sizes) {
+      const s = ar.get(w)!.get(n);
+      const g = t?.allReduce.get(`${w}/${n}`);
+      const bus = (x: number | undefined) =>
+        x === undefined ? "-" : `${fmtTime(x)} (${gbs((n * 2 * (w - 1)) / w, x)})`;
+      console.log(
+        `${w} processes, ${fmtBytes(n)}`.padEnd(34) +
+          [bus(s), bus(g), ratio(s && g ? g / s : undefined)].map((x) => x.padStart(26)).join(""),
+      );
+    }
+  console.log("");
+  console.log(
+    `collectives section time ${(now() - wall).toFixed(1)} s${quick ? ", --quick: fewer repetitions, up to 40 MB" : ""}`,
+  );
+}

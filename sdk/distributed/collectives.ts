@@ -1,0 +1,229 @@
+/**
+ * The collective algorithms, built on point-to-point messages (./p2p.ts) with
+ * per-collective tags (./group.ts), so their bytes cross the same channels.
+ *
+ * Algorithm by size (the tensor's bytes against TPRPC_RING_MIN_BYTES, default
+ * 256 KiB; below, latency dominates, above, bandwidth):
+ * - allReduce, small: direct. Every member sends its tensor to every other
+ *   one, and each reduces the n contributions in rank order, so every rank
+ *   computes the same bits. One round, (n-1)·size bytes out per rank.
+ * - allReduce, large: ring. The flat tensor is cut into n segments; n-1
+ *   reduce-scatter steps (send segment i-s to the next rank, reduce the one
+ *   from the previous rank into segment i-s-1) leave each rank with one fully
+ *   reduced segment (AVG divides it there), and n-1 all-gather steps pass
+ *   those around. 2(n-1)/n·size bytes out per rank, whatever n is.
+ * - reduceScatter and allGather: direct when small, the ring's half when large.
+ * - broadcast: a binomial tree from the source (ceil(log2 n) rounds) at any size.
+ * - barrier: a small allReduce.
+ * Each step awaits its sends' acknowledgements, so a segment is never changed
+ * while in flight. A non-contiguous tensor is worked on in a contiguous copy,
+ * written back at the end.
+ */
+import { ValueError } from "../errors/index.js";
+import * as raw from "../tensor/raw.js";
+import { Tensor } from "../tensor/tensor.js";
+import { itemSize } from "../tensor/dtype.js";
+import type { ProcessGroup } from "./group.js";
+import { type ReduceOp, finishAvg, reduceInto } from "./reduce_op.js";
+
+const DEFAULT_RING_MIN_BYTES = 256 * 1024;
+
+/** Tensors of at least this many bytes use the ring algorithms. */
+export function ringMinBytes(): number {
+  const v = Number(process.env.TPRPC_RING_MIN_BYTES);
+  return process.env.TPRPC_RING_MIN_BYTES && Number.isFinite(v) && v >= 0 ? v : DEFAULT_RING_MIN_BYTES;
+}
+
+const bytesOf = (t: Tensor) => t.numel() * itemSize(t.dtype);
+
+/** A 1-D view of `len` elements of a contiguous tensor's storage from element `start`. */
+function segment(t: Tensor, start: number, len: number): Tensor {
+  return new Tensor(t.storage, [len], [1], t.offset + start);
+}
+
+/** One collective's context: its group, tag prefix, timeout and name. */
+interface Ctx {
+  g: ProcessGroup;
+  tag: string;
+  timeoutMs: number;
+  what: string;
+}
+
+function send(c: Ctx, t: Tensor, toPos: number, step: number | string): Promise<void> {
+  return c.g.p2p.send(t, c.g.globalRank(toPos), `${c.tag}:${step}`, c.timeoutMs);
+}
+
+function recv(
+  c: Ctx,
+  like: Tensor,
+  fromPos: number,
+  step: number | string,
+  consume: (t: Tensor) => void,
+): Promise<number> {
+  return c.g.p2p.recv(
+    {
+      src: c.g.globalRank(fromPos),
+      tag: `${c.tag}:${step}`,
+      expect: { shape: like.shape, dtype: like.dtype, device: like.device.toString() },
+      consume,
+      dependsOn: c.g.rankSet,
+      what: c.what,
+    },
+    c.timeoutMs,
+  );
+}
+
+/** Every member at once: `own` goes to everyone else, and `got[j]` receives member j's tensor. */
+async function exchangeAll(c: Ctx, own: (j: number) => Tensor, like: Tensor, got: (Tensor | null)[]): Promise<void> {
+  const n = c.g.size();
+  const me = c.g.rank();
+  const ops: Promise<unknown>[] = [];
+  for (let j = 0; j < n; j++) {
+    if (j === me) continue;
+    ops.push(send(c, own(j), j, "x"));
+    ops.push(recv(c, like, j, "x", (t) => (got[j] = t)));
+  }
+  await Promise.all(ops);
+}
+
+/** Contiguous working copy (or the tensor itself) and how to write it back. */
+function working(t: Tensor): { flat: Tensor; writeBack: () => void } {
+  if (t.isContiguous()) return { flat: segment(t, 0, t.numel()), writeBack: () => undefined };
+  const c = raw.contiguous(t);
+  return { flat: segment(c, 0, c.numel()), writeBack: () => raw.copyInto(t, c) };
+}
+
+function bounds(numel: number, n: number): [number, number][] {
+  const base = Math.floor(numel / n);
+  const extra = numel % n;
+  const out: [number, number][] = [];
+  let start = 0;
+  for (let k = 0; k < n; k++) {
+    const len = base + (k < extra ? 1 : 0);
+    out.push([start, len]);
+    start += len;
+  }
+  return out;
+}
+
+const mod = (a: number, n: number) => ((a % n) + n) % n;
+
+export async function allReduce(c: Ctx, t: Tensor, op: ReduceOp): Promise<void> {
+  const n = c.g.size();
+  const me = c.g.rank();
+  const { flat, writeBack } = working(t);
+  if (n > 1 && bytesOf(t) >= ringMinBytes() && t.numel() >= n) {
+    const seg = bounds(t.numel(), n).map(([s, l]) => segment(flat, s, l));
+    const next = me + 1;
+    const prev = me - 1;
+    for (let s = 0; s < n - 1; s++) {
+      const into = seg[mod(me - s - 1, n)]!;
+      await Promise.all([
+        send(c, seg[mod(me - s, n)]!, next, `rs${s}`),
+        recv(c, into, prev, `rs${s}`, (x) => reduceInto(op, into, x)),
+      ]);
+    }
+    finishAvg(op, seg[mod(me + 1, n)]!, n);
+    for (let s = 0; s < n - 1; s++) {
+      const into = seg[mod(me - s, n)]!;
+      await Promise.all([
+        send(c, seg[mod(me + 1 - s, n)]!, next, `ag${s}`),
+        recv(c, into, prev, `ag${s}`, (x) => raw.copyInto(into, x)),
+      ]);
+    }
+  } else if (n > 1) {
+    const got: (Tensor | null)[] = new Array<Tensor | null>(n).fill(null);
+    const mine = raw.copyAs(flat);
+    got[me] = mine;
+    await exchangeAll(c, () => mine, flat, got);
+    raw.copyInto(flat, got[0]!);
+    for (let j = 1; j < n; j++) reduceInto(op, flat, got[j]!);
+    finishAvg(op, flat, n);
+  }
+  writeBack();
+}
+
+export async function broadcast(c: Ctx, t: Tensor, srcPos: number): Promise<void> {
+  const n = c.g.size();
+  const v = mod(c.g.rank() - srcPos, n);
+  const pos = (virt: number) => mod(virt + srcPos, n);
+  let mask = 1;
+  if (v !== 0) {
+    while (mask * 2 <= v) mask *= 2;
+    await recv(c, t, pos(v - mask), "b", (x) => raw.copyInto(t, x));
+    mask *= 2;
+  }
+  const sends: Promise<void>[] = [];
+  for (; mask < n; mask *= 2) if (v + mask < n) sends.push(send(c, t, pos(v + mask), "b"));
+  await Promise.all(sends);
+}
+
+function checkList(list: readonly Tensor[], t: Tensor, n: number, what: string, listName: string): void {
+  if (!Array.isArray(list) || list.length !== n)
+    throw new ValueError(`${what}: ${listName} holds one tensor per group member (${n}), got ${list?.length}`);
+  for (const [i, x] of list.entries())
+    if (!(x instanceof Tensor) || x.dtype !== t.dtype || x.shape.join() !== t.shape.join())
+      throw new ValueError(
+        `${what}: ${listName}[${i}] must have the shape [${t.shape.join(", ")}] and dtype ${t.dtype} of the tensor`,
+      );
+}
+
+export async function allGather(c: Ctx, outs: readonly Tensor[], t: Tensor): Promise<void> {
+  const n = c.g.size();
+  const me = c.g.rank();
+  checkList(outs, t, n, c.what, "tensorList");
+  raw.copyInto(outs[me]!, t);
+  if (n === 1) return;
+  if (bytesOf(t) >= ringMinBytes()) {
+    for (let s = 0; s < n - 1; s++) {
+      const into = outs[mod(me - s - 1, n)]!;
+      await Promise.all([
+        send(c, outs[mod(me - s, n)]!, me + 1, `ag${s}`),
+        recv(c, into, me - 1, `ag${s}`, (x) => raw.copyInto(into, x)),
+      ]);
+    }
+    return;
+  }
+  const got: (Tensor | null)[] = new Array<Tensor | null>(n).fill(null);
+  await exchangeAll(c, () => t, t, got);
+  for (let j = 0; j < n; j++) if (j !== me) raw.copyInto(outs[j]!, got[j]!);
+}
+
+export async function reduceScatter(c: Ctx, out: Tensor, ins: readonly Tensor[], op: ReduceOp): Promise<void> {
+  const n = c.g.size();
+  const me = c.g.rank();
+  checkList(ins, out, n, c.what, "inputList");
+  const acc = raw.copyAs(ins[me]!);
+  if (n > 1 && bytesOf(out) >= ringMinBytes()) {
+    // NB: two buffers: the one sent in a step is not the one the step's receive writes
+    const bufs = [raw.empty(out.shape, out.dtype), raw.empty(out.shape, out.dtype)];
+    for (let s = 0; s < n - 1; s++) {
+      const payload = s === 0 ? ins[mod(me - 1, n)]! : bufs[s % 2]!;
+      const into = bufs[(s + 1) % 2]!;
+      const block = ins[mod(me - s - 2, n)]!;
+      await Promise.all([
+        send(c, payload, me + 1, `rs${s}`),
+        recv(c, into, me - 1, `rs${s}`, (x) => {
+          raw.copyInto(into, block);
+          reduceInto(op, into, x);
+        }),
+      ]);
+    }
+    raw.copyInto(acc, bufs[(n - 1) % 2]!);
+  } else if (n > 1) {
+    const got: (Tensor | null)[] = new Array<Tensor | null>(n).fill(null);
+    got[me] = acc;
+    await exchangeAll(c, (j) => ins[j]!, out, got);
+    const r = raw.copyAs(got[0]!);
+    for (let j = 1; j < n; j++) reduceInto(op, r, got[j]!);
+    raw.copyInto(acc, r);
+  }
+  finishAvg(op, acc, n);
+  raw.copyInto(out, acc);
+}
+
+export async function barrier(c: Ctx): Promise<void> {
+  await allReduce(c, raw.empty([1], "int32"), "sum");
+}
+
+export type { Ctx as CollectiveContext };

@@ -1,0 +1,197 @@
+/**
+ * The receive side of point-to-point messages on one worker: matching what
+ * arrives against the receives posted, as MPI and gloo match.
+ *
+ * 1. A message is an envelope {src, tag, shape, dtype, device} plus the
+ *    tensor the pipe's channel carried. Messages from one sender arrive in the
+ *    order it sent them (one pipe per direction, served in frame order).
+ * 2. An arriving message goes to the first posted receive (in posting order)
+ *    with the same tag whose source is its sender or "any source".
+ * 3. With none, it is held as "unexpected" (the received buffer itself, no
+ *    copy) until a receive matches it; a receive looks at the held messages
+ *    first, oldest first. So two messages between a pair with the same tag
+ *    match two receives in order.
+ * 4. Held bytes are bounded (TPRPC_P2P_HOLD_BYTES, default 1 GiB per
+ *    worker): a message that would go past the bound is refused, and the
+ *    sender's operation fails with a DistributedError saying so. A message
+ *    being received is in memory once: the bound is on what waits unmatched.
+ * 5. A posted receive ends by a match, its timeout, or the death of a peer it
+ *    depends on (its source; for a collective, any member of the group).
+ */
+import { DistributedError, RpcTimeoutError, TensorMismatchError } from "../errors/index.js";
+import { itemSize } from "../tensor/dtype.js";
+import type { Tensor } from "../tensor/tensor.js";
+import { LongTimer } from "../rpc/timeouts.js";
+
+/** What travels beside a point-to-point tensor. */
+export interface Envelope {
+  /** The sender's (global) rank. */
+  src: number;
+  /** "u:<n>" for a user tag n, "c:<group>:<seq>:<step>" inside a collective. */
+  tag: string;
+  shape: number[];
+  dtype: string;
+  device: string;
+}
+
+/** A receive waiting for its message. */
+export interface PostedRecv {
+  /** The sender it wants, or null for any source. */
+  src: number | null;
+  tag: string;
+  /** The shape, dtype and device it accepts (checked before consume runs). */
+  expect: { shape: readonly number[]; dtype: string; device: string };
+  /** Takes the received tensor (copies or reduces it into place); may throw. */
+  consume(t: Tensor, env: Envelope): void;
+  /** Ranks whose death fails this receive. */
+  dependsOn: ReadonlySet<number> | null;
+  /** For messages: "recv from rank 2 (tag 0)". */
+  what: string;
+}
+
+interface Posted extends PostedRecv {
+  resolve(src: number): void;
+  reject(e: Error): void;
+  timer: LongTimer | null;
+}
+
+interface Held {
+  env: Envelope;
+  tensor: Tensor;
+  bytes: number;
+}
+
+const DEFAULT_HOLD_BYTES = 2 ** 30;
+
+function holdLimit(): number {
+  const v = Number(process.env.TPRPC_P2P_HOLD_BYTES);
+  return Number.isFinite(v) && v >= 0 && process.env.TPRPC_P2P_HOLD_BYTES !== "" ? v : DEFAULT_HOLD_BYTES;
+}
+
+const fmtShape = (s: readonly number[]) => `[${s.join(", ")}]`;
+
+/** Throws TensorMismatchError when the message does not fit the receive. */
+function checkFits(p: PostedRecv, env: Envelope, self: number): void {
+  const ctx = `${p.what} on rank ${self}: rank ${env.src} sent`;
+  const e = p.expect;
+  if (env.dtype !== e.dtype)
+    throw new TensorMismatchError(
+      `${ctx} a ${env.dtype} tensor into a ${e.dtype} one; send and receive the same dtype`,
+      "dtype",
+      e.dtype,
+      env.dtype,
+    );
+  if (env.device !== e.device)
+    throw new TensorMismatchError(
+      `${ctx} a tensor on ${env.device} into one on ${e.device}; receive into a tensor on the sender's device`,
+      "device",
+      e.device,
+      env.device,
+    );
+  if (env.shape.length !== e.shape.length || env.shape.some((d, i) => d !== e.shape[i]))
+    throw new TensorMismatchError(
+      `${ctx} shape ${fmtShape(env.shape)} into shape ${fmtShape(e.shape)}; both sides must use the same shape`,
+      "shape",
+      fmtShape(e.shape),
+      fmtShape(env.shape),
+    );
+}
+
+export class Mailbox {
+  private readonly posted: Posted[] = [];
+  private readonly held: Held[] = [];
+  private heldBytes = 0;
+
+  constructor(private readonly self: number) {}
+
+  /** Bytes held for receives not yet posted. */
+  get bytesHeld(): number {
+    return this.heldBytes;
+  }
+
+  /** Number of receives waiting. */
+  get waiting(): number {
+    return this.posted.length;
+  }
+
+  /** A message arrived (./p2p.ts's handler); throws when it must be refused (the sender's op fails). */
+  deliver(env: Envelope, tensor: Tensor): void {
+    const i = this.posted.findIndex((p) => p.tag === env.tag && (p.src === null || p.src === env.src));
+    if (i >= 0) {
+      const p = this.posted[i]!;
+      this.posted.splice(i, 1);
+      this.complete(p, env, tensor);
+      return;
+    }
+    const bytes = tensor.numel() * itemSize(tensor.dtype);
+    const limit = holdLimit();
+    if (this.heldBytes + bytes > limit)
+      throw new DistributedError(
+        `rank ${this.self} refused a ${bytes}-byte message from rank ${env.src}: ${this.heldBytes} bytes already wait ` +
+          `for receives not yet posted (TPRPC_P2P_HOLD_BYTES = ${limit}); post the receive earlier or raise the bound`,
+      );
+    this.heldBytes += bytes;
+    this.held.push({ env, tensor, bytes });
+  }
+
+  /** Posts a receive; resolves to the sender's rank once a message was consumed into place. */
+  post(r: PostedRecv, timeoutMs: number): Promise<number> {
+    const i = this.held.findIndex((h) => h.env.tag === r.tag && (r.src === null || r.src === h.env.src));
+    if (i >= 0) {
+      const h = this.held[i]!;
+      this.held.splice(i, 1);
+      this.heldBytes -= h.bytes;
+      return new Promise<number>((resolve, reject) =>
+        this.complete({ ...r, resolve, reject, timer: null }, h.env, h.tensor),
+      );
+    }
+    return new Promise<number>((resolve, reject) => {
+      const p: Posted = { ...r, resolve, reject, timer: null };
+      if (timeoutMs > 0)
+        p.timer = new LongTimer(timeoutMs, () => {
+          this.remove(p);
+          reject(
+            new RpcTimeoutError(`${r.what} on rank ${this.self} got no message within ${timeoutMs} ms`, timeoutMs),
+          );
+        });
+      this.posted.push(p);
+    });
+  }
+
+  /** Rank `rank` died or left: fail every receive that depends on it. */
+  peerGone(rank: number, error: () => Error): void {
+    for (const p of [...this.posted])
+      if (p.src === rank || p.dependsOn?.has(rank)) {
+        this.remove(p);
+        p.reject(error());
+      }
+  }
+
+  /** Fails every waiting receive and drops held messages (shutdown). */
+  close(error: Error): void {
+    for (const p of this.posted.splice(0)) {
+      p.timer?.cancel();
+      p.reject(error);
+    }
+    this.held.length = 0;
+    this.heldBytes = 0;
+  }
+
+  private remove(p: Posted): void {
+    const i = this.posted.indexOf(p);
+    if (i >= 0) this.posted.splice(i, 1);
+    p.timer?.cancel();
+  }
+
+  private complete(p: Posted, env: Envelope, tensor: Tensor): void {
+    p.timer?.cancel();
+    try {
+      checkFits(p, env, this.self);
+      p.consume(tensor, env);
+    } catch (e) {
+      p.reject(e as Error);
+      return;
+    }
+    p.resolve(env.src);
+  }
+}

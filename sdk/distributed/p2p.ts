@@ -1,0 +1,156 @@
+/**
+ * Point-to-point messages between the workers of an RPC group, per agent.
+ *
+ * A message is one RPC request to the registered internal target
+ * `__tprpcP2P` with the arguments [envelope, tensor]: the tensor goes out of
+ * band like any RPC tensor argument, so the pipe's negotiated channel (shm,
+ * cma, ucx or tcp) carries its bytes (a contiguous tensor as a zero-copy
+ * window; a strided view keeps its strides when its window is small, see
+ * sdk/wire/tensor.ts), on the same per-peer pipes as the group's RPCs.
+ *
+ * 1. send: the sender's rank, the tag and the tensor's metadata go in the
+ *    envelope; the tensor is sent detached (distributed autograd does not
+ *    record it).
+ * 2. On the receiver, the target hands the message to this agent's Mailbox
+ *    (./mailbox.ts), which matches it against posted receives or holds it;
+ *    the reply is the acknowledgement. A send completes when that reply
+ *    arrives: the bytes were received, so the sender may change its tensor.
+ * 3. A send fails as an RPC does: RpcTimeoutError after its timeout,
+ *    WorkerUnavailableError when the peer dies or leaves, a RemoteError
+ *    carrying the receiver's DistributedError when it refused the message.
+ * 4. Receives are bounded by the same default timeout (the agent's RPC
+ *    timeout) and fail with WorkerUnavailableError when a peer they depend on
+ *    leaves the group (the membership reports deaths: store claims are
+ *    ephemeral).
+ */
+import { RpcNotInitializedError, ValueError, WorkerUnavailableError } from "../errors/index.js";
+import type { Agent } from "../rpc/agent.js";
+import { currentAgent, register } from "../rpc/api.js";
+import { checkTimeoutMs } from "../rpc/timeouts.js";
+import * as raw from "../tensor/raw.js";
+import { Tensor } from "../tensor/tensor.js";
+import { debug } from "../util/index.js";
+import { type Envelope, Mailbox, type PostedRecv } from "./mailbox.js";
+
+/** The internal target every process registers (messages arrive through it). */
+export const P2P_TARGET = "__tprpcP2P";
+
+const states = new WeakMap<Agent, P2P>();
+
+/** A detached view of the same bytes (what travels; autograd metadata stays home). */
+function wireView(t: Tensor): Tensor {
+  return new Tensor(t.storage, t.shape, t.strides, t.offset);
+}
+
+export class P2P {
+  readonly rank: number;
+  readonly mailbox: Mailbox;
+
+  private constructor(readonly agent: Agent) {
+    this.rank = agent.workerInfo().id;
+    this.mailbox = new Mailbox(this.rank);
+    agent.membership.onLeave((w) => {
+      debug(1, "distributed", `rank ${w.id} (${w.name}) left: failing what waits on it`);
+      this.mailbox.peerGone(
+        w.id,
+        () =>
+          new WorkerUnavailableError(
+            `worker "${w.name}" (rank ${w.id}) left the group before a pending distributed operation completed`,
+            w.name,
+          ),
+      );
+    });
+  }
+
+  /** The state of `agent` (made on first use, also by an arriving message). */
+  static of(agent: Agent): P2P {
+    let s = states.get(agent);
+    if (!s) {
+      s = new P2P(agent);
+      states.set(agent, s);
+    }
+    return s;
+  }
+
+  /** The state of the current agent; RpcNotInitializedError before initRpc. */
+  static current(): P2P {
+    const a = currentAgent();
+    if (!a)
+      throw new RpcNotInitializedError(
+        "tprpc.distributed needs the RPC group: call rpc.initRpc first (the rank is the worker's rank)",
+      );
+    return P2P.of(a);
+  }
+
+  /** The default timeout of an operation (the RPC timeout), or `timeoutMs` checked. */
+  timeout(timeoutMs: number | undefined, what: string): number {
+    return timeoutMs === undefined ? this.agent.rpcTimeoutMs : checkTimeoutMs(timeoutMs, `${what}: timeoutMs`);
+  }
+
+  /** Ranks of the members now, ascending. */
+  ranks(): number[] {
+    return this.agent.membership.workers.map((w) => w.id).sort((a, b) => a - b);
+  }
+
+  /** Throws WorkerUnavailableError unless `rank` is a member now. */
+  checkPeer(rank: number, what: string): void {
+    if (!Number.isInteger(rank) || rank < 0) throw new ValueError(`${what}: a rank is an integer >= 0, got ${rank}`);
+    if (!this.agent.membership.workers.some((w) => w.id === rank))
+      throw new WorkerUnavailableError(
+        `${what}: no worker has rank ${rank} (ranks now: ${this.ranks().join(", ")})`,
+        String(rank),
+      );
+  }
+
+  /** Sends `t` to `dst` under `tag`; resolves once the receiver has it. */
+  send(t: Tensor, dst: number, tag: string, timeoutMs: number): Promise<void> {
+    const env: Envelope = {
+      src: this.rank,
+      tag,
+      shape: [...t.shape],
+      dtype: t.dtype,
+      device: t.device.toString(),
+    };
+    return this.agent.call(dst, P2P_TARGET, [env, wireView(t)], { timeoutMs }).then(() => undefined);
+  }
+
+  /** Posts a receive; resolves to the sender's rank once the message was consumed into place. */
+  recv(r: PostedRecv, timeoutMs: number): Promise<number> {
+    return this.mailbox.post(r, timeoutMs);
+  }
+
+  /** A receive that copies the message into `into` (any strides). */
+  recvInto(into: Tensor, src: number | null, tag: string, what: string, timeoutMs: number): Promise<number> {
+    return this.recv(
+      {
+        src,
+        tag,
+        expect: { shape: into.shape, dtype: into.dtype, device: into.device.toString() },
+        consume: (t) => raw.copyInto(into, t),
+        dependsOn: null,
+        what,
+      },
+      timeoutMs,
+    );
+  }
+}
+
+/** The receiver's end of every message (runs with the receiving agent current). */
+function onMessage(env: Envelope, t: Tensor): null {
+  const ok =
+    env !== null &&
+    typeof env === "object" &&
+    Number.isInteger(env.src) &&
+    typeof env.tag === "string" &&
+    Array.isArray(env.shape) &&
+    env.shape.every((d) => Number.isInteger(d)) &&
+    typeof env.dtype === "string" &&
+    typeof env.device === "string" &&
+    t instanceof Tensor;
+  if (!ok)
+    throw new ValueError("a point-to-point message needs an envelope {src, tag, shape, dtype, device} and a tensor");
+  P2P.current().mailbox.deliver(env, t);
+  return null;
+}
+
+register(P2P_TARGET, onMessage);

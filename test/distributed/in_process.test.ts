@@ -1,0 +1,325 @@
+/**
+ * tprpc.distributed between agents of one process (test/rpc/in_process.ts): matching semantics,
+ * every collective and reduction with the direct and the ring algorithms, groups, mismatches and
+ * timeouts. Each agent's calls run with it current (runServing), as shipped code runs on a
+ * worker: the same script on every rank. The multi-process suite (./workers.test.ts) covers the
+ * channels, dead peers and DDP.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import * as tprpc from "../../sdk/index.js";
+import type { Agent } from "../../sdk/rpc/agent.js";
+import { runServing } from "../../sdk/rpc/process.js";
+import { inProcessGroup, stopInProcessGroup } from "../rpc/in_process.js";
+import type { Tensor } from "../../sdk/index.js";
+
+const {
+  distributed: dist,
+  arange,
+  zeros,
+  randn,
+  Generator,
+  ReduceOp,
+} = { ...tprpc, ReduceOp: tprpc.distributed.ReduceOp };
+
+let agents: Agent[] = [];
+const N = 3;
+/** Runs fn as every rank at once, like the same script on every worker. */
+const onEach = <T>(fn: (rank: number) => Promise<T>): Promise<T[]> =>
+  Promise.all(agents.map((a, r) => runServing(a, () => fn(r))));
+const as = <T>(rank: number, fn: () => T): T => runServing(agents[rank]!, fn);
+const input = (rank: number, shape: number[]) => randn(shape, { generator: new Generator(100 + rank) });
+
+beforeAll(async () => {
+  agents = await inProcessGroup(["w0", "w1", "w2"], { rpcTimeoutMs: 10_000 });
+}, 30_000);
+afterAll(() => stopInProcessGroup(agents, false));
+afterEach(() => {
+  delete process.env.TPRPC_RING_MIN_BYTES;
+  delete process.env.TPRPC_P2P_HOLD_BYTES;
+});
+
+describe("point-to-point", () => {
+  it("send / recv copy into the given tensor and report the sender", async () => {
+    const y = zeros([2, 3]);
+    const [, from] = await Promise.all([
+      as(0, () => dist.send(arange(6).reshape([2, 3]).float(), 2)),
+      as(2, () => dist.recv(y, 0)),
+    ]);
+    expect(from).toBe(0);
+    expect(y.tolist()).toEqual([
+      [0, 1, 2],
+      [3, 4, 5],
+    ]);
+  });
+
+  it("a message sent before its receive is held until the receive matches it", async () => {
+    await as(1, () => dist.send(tprpc.tensor([7, 8], { dtype: "float32" }), 0, { tag: 3 }));
+    const y = zeros([2]);
+    expect(await as(0, () => dist.recv(y, 1, { tag: 3 }))).toBe(1);
+    expect(y.tolist()).toEqual([7, 8]);
+  });
+
+  it("non-contiguous tensors on both sides", async () => {
+    const src = arange(24).reshape([4, 6]).float().t(); // 6x4, strided
+    const big = zeros([4, 12]);
+    const dst = big.narrow(1, 2, 6).t(); // 6x4 view inside a larger tensor
+    await Promise.all([as(0, () => dist.send(src, 1)), as(1, () => dist.recv(dst, 0))]);
+    expect(dst.tolist()).toEqual(src.tolist());
+    expect(big.narrow(1, 0, 2).sum().item()).toBe(0);
+    expect(big.narrow(1, 8, 4).sum().item()).toBe(0);
+  });
+
+  it("messages between a pair with one tag match in order; tags keep streams apart", async () => {
+    const K = 40;
+    const sends = as(0, () =>
+      Promise.all(
+        Array.from({ length: K }, (_, i) =>
+          dist.isend(tprpc.tensor([i], { dtype: "float32" }), 1, { tag: i % 2 === 0 ? 10 : 11 }).wait(),
+        ),
+      ),
+    );
+    // receives posted in the reverse tag order, while the sends are in flight
+    const odd = as(1, () =>
+      Promise.all(
+        Array.from({ length: K / 2 }, () => zeros([1])).map((t) =>
+          dist
+            .irecv(t, 0, { tag: 11 })
+            .wait()
+            .then(() => t),
+        ),
+      ),
+    );
+    const even = as(1, () =>
+      Promise.all(
+        Array.from({ length: K / 2 }, () => zeros([1])).map((t) =>
+          dist
+            .irecv(t, 0, { tag: 10 })
+            .wait()
+            .then(() => t),
+        ),
+      ),
+    );
+    await sends;
+    expect((await even).map((t) => t.item())).toEqual(Array.from({ length: K / 2 }, (_, i) => 2 * i));
+    expect((await odd).map((t) => t.item())).toEqual(Array.from({ length: K / 2 }, (_, i) => 2 * i + 1));
+  });
+
+  it("recv from any source returns each sender's rank", async () => {
+    const bufs = [zeros([1]), zeros([1])];
+    const got = as(0, () => Promise.all(bufs.map((b) => dist.recv(b, undefined, { tag: 5 }))));
+    await Promise.all(
+      [1, 2].map((r) => as(r, () => dist.send(tprpc.tensor([r * 10], { dtype: "float32" }), 0, { tag: 5 }))),
+    );
+    const from = await got;
+    expect([...from].sort()).toEqual([1, 2]);
+    for (let i = 0; i < 2; i++) expect(bufs[i]!.item()).toBe(from[i]! * 10);
+  });
+
+  it("isend / irecv Works: isCompleted, wait, promise; batchIsendIrecv", async () => {
+    const y = zeros([3]);
+    const w = as(1, () => dist.irecv(y, 0));
+    expect(w.isCompleted()).toBe(false);
+    const [sw] = as(0, () =>
+      dist.batchIsendIrecv([new dist.P2POp(dist.isend, tprpc.tensor([1, 2, 3], { dtype: "float32" }), 1)]),
+    );
+    expect(await w.wait(5_000)).toBe(0);
+    await sw!.promise;
+    expect(w.isCompleted() && sw!.isCompleted() && w.isSuccess()).toBe(true);
+    expect(y.tolist()).toEqual([1, 2, 3]);
+    // a ring exchange in one batch
+    const out = await onEach(async (r) => {
+      const into = zeros([2]);
+      const works = dist.batchIsendIrecv([
+        new dist.P2POp("isend", tprpc.tensor([r, r], { dtype: "float32" }), (r + 1) % N),
+        new dist.P2POp("irecv", into, (r + N - 1) % N),
+      ]);
+      await Promise.all(works.map((x) => x.wait()));
+      return into.tolist();
+    });
+    expect(out).toEqual([
+      [2, 2],
+      [0, 0],
+      [1, 1],
+    ]);
+  });
+
+  it("shape and dtype mismatches are typed errors naming both sides", async () => {
+    const recvShape = as(1, () => dist.recv(zeros([3]), 0, { tag: 20 }));
+    await as(0, () => dist.send(zeros([4]), 1, { tag: 20 }));
+    const e = await recvShape.catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(tprpc.TensorMismatchError);
+    expect((e as tprpc.TensorMismatchError).what).toBe("shape");
+    expect((e as Error).message).toMatch(/rank 0 sent shape \[4\] into shape \[3\]/);
+    const recvDtype = as(1, () => dist.recv(zeros([2], { dtype: "float64" }), 0, { tag: 21 }));
+    await as(0, () => dist.send(zeros([2]), 1, { tag: 21 }));
+    const d = (await recvDtype.catch((x: unknown) => x)) as tprpc.TensorMismatchError;
+    expect(d).toBeInstanceOf(tprpc.TensorMismatchError);
+    expect([d.what, d.local, d.remote]).toEqual(["dtype", "float64", "float32"]);
+  });
+
+  it("bad arguments are ValueErrors; a receive with no sender times out", async () => {
+    await expect(as(0, () => dist.send(zeros([1]), 0))).rejects.toBeInstanceOf(tprpc.ValueError);
+    await expect(as(0, () => dist.send(zeros([1]), 1, { tag: 1.5 }))).rejects.toBeInstanceOf(tprpc.ValueError);
+    await expect(as(0, () => dist.send(zeros([1]), 9))).rejects.toBeInstanceOf(tprpc.WorkerUnavailableError);
+    const t0 = Date.now();
+    await expect(as(0, () => dist.recv(zeros([1]), 1, { tag: 99, timeoutMs: 200 }))).rejects.toBeInstanceOf(
+      tprpc.RpcTimeoutError,
+    );
+    expect(Date.now() - t0).toBeLessThan(5_000);
+    const w = as(0, () => dist.irecv(zeros([1]), 2, { tag: 98, timeoutMs: 5_000 }));
+    await expect(w.wait(100)).rejects.toBeInstanceOf(tprpc.RpcTimeoutError);
+    await as(2, () => dist.send(zeros([1]), 0, { tag: 98 }));
+    expect(await w.wait()).toBe(2);
+  });
+
+  it("unexpected messages are bounded by TPRPC_P2P_HOLD_BYTES; the sender's op fails", async () => {
+    process.env.TPRPC_P2P_HOLD_BYTES = "64";
+    await as(1, () => dist.send(zeros([8]), 0, { tag: 30 })); // 32 bytes held
+    const e = await as(1, () => dist.send(zeros([16]), 0, { tag: 30 })).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(tprpc.RemoteError);
+    expect((e as tprpc.RemoteError).remoteName).toBe("DistributedError");
+    expect((e as Error).message).toMatch(/TPRPC_P2P_HOLD_BYTES/);
+    const y = zeros([8]);
+    await as(0, () => dist.recv(y, 1, { tag: 30 }));
+  });
+});
+
+const REF: Record<string, (a: Tensor, b: Tensor) => Tensor> = {
+  sum: (a, b) => a.add(b),
+  avg: (a, b) => a.add(b),
+  product: (a, b) => a.mul(b),
+  max: (a, b) => tprpc.maximum(a, b),
+  min: (a, b) => tprpc.minimum(a, b),
+};
+const reference = (op: string, xs: Tensor[]) => {
+  let r = xs[0]!;
+  for (const x of xs.slice(1)) r = REF[op]!(r, x);
+  return op === "avg" ? r.div(xs.length) : r;
+};
+
+describe.each([
+  ["direct", "1000000000"],
+  ["ring", "0"],
+])("collectives (%s)", (_name, ringMin) => {
+  const withAlgo = () => (process.env.TPRPC_RING_MIN_BYTES = ringMin);
+
+  it.each(Object.values(ReduceOp))("allReduce %s, equal bits on every rank", async (op) => {
+    withAlgo();
+    const xs = [0, 1, 2].map((r) => input(r, [5, 7]));
+    const want = reference(op, xs);
+    const got = await onEach(async (r) => {
+      const t = xs[r]!.clone();
+      await dist.allReduce(t, { op });
+      return t;
+    });
+    for (const t of got) {
+      expect(t.tolist()).toEqual(got[0]!.tolist());
+      expect(t.sub(want).abs().max().item()).toBeLessThan(1e-5);
+    }
+  });
+
+  it("allReduce of a non-contiguous view and integers, asyncOp Work", async () => {
+    withAlgo();
+    const got = await onEach(async (r) => {
+      const base = arange(0, 40, 1, { dtype: "int32" })
+        .reshape([5, 8])
+        .mul(r + 1);
+      const view = base.t(); // 8x5 strided
+      const w = dist.allReduce(view, { asyncOp: true });
+      await w.wait();
+      expect(w.isCompleted()).toBe(true);
+      return base;
+    });
+    for (const t of got)
+      expect(t.tolist()).toEqual(arange(0, 40, 1, { dtype: "int32" }).reshape([5, 8]).mul(6).tolist());
+  });
+
+  it("broadcast from each rank", async () => {
+    withAlgo();
+    for (const src of [0, 1, 2]) {
+      const got = await onEach(async (r) => {
+        const t = r === src ? input(src, [3, 4]) : zeros([3, 4]);
+        await dist.broadcast(t, src);
+        return t.tolist();
+      });
+      for (const t of got) expect(t).toEqual(input(src, [3, 4]).tolist());
+    }
+  });
+
+  it("allGather and reduceScatter", async () => {
+    withAlgo();
+    const gathered = await onEach(async (r) => {
+      const outs = [zeros([2, 3]), zeros([2, 3]), zeros([3, 2]).t()];
+      await dist.allGather(outs, input(r, [2, 3]));
+      return outs.map((o) => o.tolist());
+    });
+    for (const g of gathered) expect(g).toEqual([0, 1, 2].map((r) => input(r, [2, 3]).tolist()));
+    const ins = (r: number) => [0, 1, 2].map((j) => input(10 * r + j, [4]));
+    const scattered = await onEach(async (r) => {
+      const out = zeros([4]);
+      const mine = ins(r);
+      await dist.reduceScatter(out, mine, { op: ReduceOp.AVG });
+      expect(mine.map((x, j) => x.tolist())).toEqual(ins(r).map((x) => x.tolist())); // inputs untouched
+      return out;
+    });
+    for (let j = 0; j < N; j++) {
+      const want = reference(
+        "avg",
+        [0, 1, 2].map((r) => ins(r)[j]!),
+      );
+      expect(scattered[j]!.sub(want).abs().max().item()).toBeLessThan(1e-6);
+    }
+  });
+
+  it("barrier waits for every member; subgroups run their own collectives", async () => {
+    withAlgo();
+    let arrived = 0;
+    await onEach(async (r) => {
+      if (r === 2) await new Promise((res) => setTimeout(res, 100));
+      arrived++;
+      await dist.barrier();
+      expect(arrived).toBe(N);
+    });
+    const sums = await onEach(async (r) => {
+      const g = dist.newGroup([0, 2]);
+      const t = tprpc.full([3], r + 1);
+      if (r !== 1) await dist.allReduce(t, { group: g });
+      return [t.tolist(), dist.getWorldSize(g), dist.getRank(g)];
+    });
+    expect(sums).toEqual([
+      [[4, 4, 4], 2, 0],
+      [[2, 2, 2], 2, -1],
+      [[4, 4, 4], 2, 1],
+    ]);
+  });
+});
+
+describe("collective errors", () => {
+  it("a collective a member never joins fails with RpcTimeoutError after timeoutMs", async () => {
+    const t0 = Date.now();
+    // a fresh group, so the world's collective count stays in step for the other tests
+    const res = await Promise.all(
+      [0, 1].map((r) =>
+        as(r, () => dist.allReduce(zeros([4]), { group: dist.newGroup([0, 1, 2]), timeoutMs: 300 })).then(
+          () => null,
+          (e: Error) => e,
+        ),
+      ),
+    );
+    for (const e of res) expect(e).toBeInstanceOf(tprpc.RpcTimeoutError);
+    expect(Date.now() - t0).toBeLessThan(5_000);
+  });
+
+  it("ranks that disagree on the size fail with TensorMismatchError; AVG of integers is a ValueError", async () => {
+    const res = await onEach((r) =>
+      dist.allReduce(zeros([r === 1 ? 4 : 3]), { timeoutMs: 2_000 }).then(
+        () => null,
+        (e: Error) => e,
+      ),
+    );
+    expect(res.some((e) => e instanceof tprpc.TensorMismatchError)).toBe(true);
+    await expect(
+      as(0, () => dist.allReduce(zeros([2], { dtype: "int32" }), { op: ReduceOp.AVG })),
+    ).rejects.toBeInstanceOf(tprpc.ValueError);
+  });
+});

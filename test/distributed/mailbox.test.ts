@@ -1,0 +1,99 @@
+/**
+ * The receive side's matching rules (sdk/distributed/mailbox.ts) without any network: posting order,
+ * any source, held messages and their bound, the device check, and peers that leave.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { Mailbox, type Envelope, type PostedRecv } from "../../sdk/distributed/mailbox.js";
+import {
+  DistributedError,
+  RpcTimeoutError,
+  TensorMismatchError,
+  WorkerUnavailableError,
+  tensor,
+  zeros,
+} from "../../sdk/index.js";
+import type { Tensor } from "../../sdk/index.js";
+
+const env = (src: number, tag: string, device = "cpu"): Envelope => ({
+  src,
+  tag,
+  shape: [1],
+  dtype: "float32",
+  device,
+});
+const one = (v: number) => tensor([v], { dtype: "float32" });
+function recv(into: Tensor, src: number | null, tag: string, dependsOn: number[] | null = null): PostedRecv {
+  return {
+    src,
+    tag,
+    expect: { shape: into.shape, dtype: into.dtype, device: into.device.toString() },
+    consume: (t) => into.copy_(t),
+    dependsOn: dependsOn && new Set(dependsOn),
+    what: "recv",
+  };
+}
+
+afterEach(() => delete process.env.TPRPC_P2P_HOLD_BYTES);
+
+describe("Mailbox", () => {
+  it("matches posted receives in posting order, by tag and source (null = any)", async () => {
+    const m = new Mailbox(0);
+    const a = zeros([1]);
+    const b = zeros([1]);
+    const c = zeros([1]);
+    const pa = m.post(recv(a, null, "u:1"), 0);
+    const pb = m.post(recv(b, 2, "u:1"), 0);
+    const pc = m.post(recv(c, 2, "u:2"), 0);
+    m.deliver(env(2, "u:2"), one(30));
+    m.deliver(env(2, "u:1"), one(10)); // the any-source receive was posted first
+    m.deliver(env(2, "u:1"), one(20));
+    expect(await Promise.all([pa, pb, pc])).toEqual([2, 2, 2]);
+    expect([a.item(), b.item(), c.item()]).toEqual([10, 20, 30]);
+    expect(m.waiting).toBe(0);
+  });
+
+  it("holds early messages oldest first and counts their bytes", async () => {
+    const m = new Mailbox(0);
+    m.deliver(env(1, "u:0"), one(1));
+    m.deliver(env(3, "u:0"), one(3));
+    m.deliver(env(1, "u:0"), one(2));
+    expect(m.bytesHeld).toBe(12);
+    const x = zeros([1]);
+    expect(await m.post(recv(x, 1, "u:0"), 0)).toBe(1);
+    expect(x.item()).toBe(1);
+    expect(await m.post(recv(x, null, "u:0"), 0)).toBe(3);
+    expect(await m.post(recv(x, 1, "u:0"), 0)).toBe(1);
+    expect(x.item()).toBe(2);
+    expect(m.bytesHeld).toBe(0);
+  });
+
+  it("refuses a message past TPRPC_P2P_HOLD_BYTES", () => {
+    process.env.TPRPC_P2P_HOLD_BYTES = "8";
+    const m = new Mailbox(0);
+    m.deliver(env(1, "u:0"), one(1));
+    m.deliver(env(1, "u:0"), one(1));
+    expect(() => m.deliver(env(1, "u:0"), one(1))).toThrow(DistributedError);
+  });
+
+  it("a device mismatch is a TensorMismatchError naming both devices", async () => {
+    const m = new Mailbox(4);
+    const p = m.post(recv(zeros([1]), 1, "u:0"), 0);
+    m.deliver(env(1, "u:0", "cuda:0"), one(1));
+    const e = (await p.catch((x: unknown) => x)) as TensorMismatchError;
+    expect(e).toBeInstanceOf(TensorMismatchError);
+    expect([e.what, e.local, e.remote]).toEqual(["device", "cpu", "cuda:0"]);
+    expect(e.message).toMatch(/on rank 4: rank 1 sent a tensor on cuda:0 into one on cpu/);
+  });
+
+  it("a peer that leaves fails the receives that depend on it; timeouts bound the rest", async () => {
+    const m = new Mailbox(0);
+    const fromIt = m.post(recv(zeros([1]), 2, "u:0"), 0);
+    const collective = m.post(recv(zeros([1]), 1, "c:world#0:0:rs0", [0, 1, 2]), 0);
+    const other = m.post(recv(zeros([1]), 1, "u:0"), 50);
+    m.peerGone(2, () => new WorkerUnavailableError("gone", "w2"));
+    await expect(fromIt).rejects.toBeInstanceOf(WorkerUnavailableError);
+    await expect(collective).rejects.toBeInstanceOf(WorkerUnavailableError);
+    await expect(other).rejects.toBeInstanceOf(RpcTimeoutError);
+    expect(m.waiting).toBe(0);
+  });
+});
