@@ -247,6 +247,14 @@ Napi::Value StreamWaitStream(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// deviceSynchronize(device): waits for all work on the device, as torch.cuda.synchronize.
+Napi::Value DeviceSynchronize(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const CudaDriver& d = MakeCurrent(env, Dev(info[0]));
+  Guard(env, [&] { CuCheck(d, d.cuCtxSynchronize(), "cuCtxSynchronize"); });
+  return env.Undefined();
+}
+
 // hostAlloc(bytes) -> ArrayBuffer over pinned memory, returned to the pinned cache when collected.
 Napi::Value HostAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -377,6 +385,7 @@ void AddCudaMemory(Napi::Env env, Napi::Object ns) {
       {"streamSynchronize", StreamSynchronize},
       {"streamQuery", StreamQuery},
       {"streamWaitStream", StreamWaitStream},
+      {"deviceSynchronize", DeviceSynchronize},
       {"hostAlloc", HostAlloc},
       {"isPinned", IsPinned},
       {"hostMemoryStats", HostStatsJs},

@@ -72,7 +72,8 @@ bool LoadDriver(CudaDriver& d) {
                           SLOT(d, cuMemFreeHost, "cuMemFreeHost"), SLOT(d, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
                           SLOT(d, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
                           SLOT(d, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
-                          SLOT(d, cuMemGetAddressRange, "cuMemGetAddressRange_v2")});
+                          SLOT(d, cuMemGetAddressRange, "cuMemGetAddressRange_v2"),
+                          SLOT(d, cuCtxSynchronize, "cuCtxSynchronize")});
 }
 
 bool LoadNvrtc(Nvrtc& n) {

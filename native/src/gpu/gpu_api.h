@@ -76,6 +76,7 @@ struct CudaDriver {
   CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);        // _v2
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);  // _v2
   CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr);     // _v2
+  CUresult (*cuCtxSynchronize)();
 };
 
 // CUresult values and flags the allocator and copies use (stable across CUDA releases).
