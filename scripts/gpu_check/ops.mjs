@@ -5,7 +5,7 @@
 // The OPS table mirrors torch_ref.py's cases() by name: same inputs (from the reference file),
 // same expression; a case with a gradient compares d sum(out * w) / d input 0 too.
 
-const DEV = "cuda:0";
+// NB: every runner takes the device, default cuda:0; "cpu" checks the table itself (a dry run).
 
 /** True for the errors that mean "no kernel for this op on CUDA yet" rather than a wrong answer. */
 export function isMissingKernel(e) {
@@ -62,7 +62,7 @@ function maxRelErr(got, want) {
 }
 
 /** One row per case: { name, status: "ok" | "failed" | "not available", detail }. */
-export function runParity(tprpc, ref, tol = 2e-3) {
+export function runParity(tprpc, ref, tol = 2e-3, DEV = "cuda:0") {
   const rows = [];
   for (const [name, fn] of Object.entries(OPS)) {
     const r = ref[name];
@@ -124,7 +124,7 @@ function timed(tprpc, f, iters) {
  * allocator's stream-ordered cuMemcpyDtoDAsync), a + b in GB/s against it, fp32 matmul TFLOP/s.
  * Each measurement is its own row, so a missing kernel leaves the others standing.
  */
-export function runBench(tprpc, gpu, torchBench) {
+export function runBench(tprpc, gpu, torchBench, DEV = "cuda:0") {
   const rows = [];
   const n = torchBench?.elements ?? 64 << 20;
   const bytes = 4 * n;
@@ -179,7 +179,7 @@ export function runBench(tprpc, gpu, torchBench) {
 }
 
 /** One training step of notebook 04's GPT on cuda:0 (model, AdamW and sizes as torch_ref.py's). */
-export function runGptStep(tprpc, torchGpt) {
+export function runGptStep(tprpc, torchGpt, DEV = "cuda:0") {
   tprpc.manualSeed(0);
   const config = { vocabSize: 80, nLayer: 4, nEmbd: 128, nHead: 4, blockSize: 64, tieWeights: false };
   const model = new tprpc.nn.GPT(config);
@@ -212,6 +212,9 @@ export function runGptStep(tprpc, torchGpt) {
     torchMs,
     speedVsTorch: torchMs ? torchMs / medianMs : null,
     goal: "at least 0.5x PyTorch's speed",
-    memory: { maxAllocated: tprpc.cuda.maxMemoryAllocated(0), reserved: tprpc.cuda.memoryReserved(0) },
+    memory:
+      DEV === "cpu"
+        ? null
+        : { maxAllocated: tprpc.cuda.maxMemoryAllocated(DEV), reserved: tprpc.cuda.memoryReserved(DEV) },
   };
 }

@@ -192,16 +192,18 @@ def gpt_step():
 
 def main():
     result = {"torch": torch.__version__, "cuda": torch.cuda.is_available()}
-    if not torch.cuda.is_available():
+    if DEV != "cpu" and not torch.cuda.is_available():
         result["error"] = "PyTorch sees no CUDA device"
     else:
-        result["device"] = torch.cuda.get_device_name(0)
-        for name, f in (("parity", parity), ("bench", bench), ("gpt", gpt_step)):
+        result["device"] = torch.cuda.get_device_name(0) if DEV != "cpu" else "cpu"
+        sections = (("parity", parity), ("gpt", gpt_step)) + ((("bench", bench),) if DEV != "cpu" else ())
+        for name, f in sections:
             try:
                 result[name] = f()
             except Exception as e:  # noqa: BLE001
                 result[name] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-2000:]}
-            torch.cuda.empty_cache()
+            if DEV != "cpu":
+                torch.cuda.empty_cache()
     json.dump(result, open(sys.argv[1], "w"))
 
 
