@@ -93,6 +93,7 @@ export interface NativeCudaMemory {
     stream: bigint,
     blocking: boolean,
   ): void;
+  memsetAsync(device: number, ptr: bigint, offset: number, value: number, bytes: number, stream: bigint): void;
   copyDtoDAsync(
     device: number,
     src: bigint,

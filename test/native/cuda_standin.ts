@@ -10,7 +10,7 @@
  *   is "1" at query time (process.env reaches getenv), or when it or its
  *   stream is synchronized; until then cuEventQuery says CUDA_ERROR_NOT_READY;
  * - a log: with STANDIN_LOG set, every allocation, free, host allocation and
- *   async copy appends a line ("alloc 2097152", "free 2097152", "htod 4194304").
+ *   async copy or memset appends a line ("alloc 2097152", "free 2097152", "htod 4194304").
  * Every other symbol of dynlib's table returns 0.
  */
 import { spawnSync } from "node:child_process";
@@ -72,6 +72,9 @@ int cuMemcpyPeerAsync(P d, void* dc, P s, void* sc, size_t n, void* st) {
 int cuMemcpyHtoDAsync_v2(P d, const void* s, size_t n, void* st) { note("htod", n); return cuMemcpyHtoD_v2(d, s, n); }
 int cuMemcpyDtoHAsync_v2(void* d, P s, size_t n, void* st) { note("dtoh", n); return cuMemcpyDtoH_v2(d, s, n); }
 int cuMemcpyDtoDAsync_v2(P d, P s, size_t n, void* st) { note("dtod", n); return cuMemcpyDtoD_v2(d, s, n); }
+int cuMemsetD8Async(P d, unsigned char v, size_t n, void* st) {
+  if (ctx_of(d) != cur) return 201; note("memset", n); memset((void*)d, v, n); return 0;
+}
 int cuMemHostAlloc(void** p, size_t n, unsigned flags) { *p = malloc(n); note("hostalloc", n); return 0; }
 int cuMemFreeHost(void* p) { free(p); note("hostfree", 0); return 0; }
 static Ev* events[65536];

@@ -354,6 +354,16 @@ Napi::Value CopyDtoHAsync(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// memsetAsync(device, ptr, offset, byte, bytes, stream): fills bytes on the stream (zeroed storages).
+Napi::Value MemsetAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const CudaDriver& d = MakeCurrent(env, Dev(info[0]));
+  CUdeviceptr dst = static_cast<CUdeviceptr>(U64(info[1]) + Size(info[2]));
+  auto value = static_cast<unsigned char>(info[3].As<Napi::Number>().Uint32Value());
+  Guard(env, [&] { CuCheck(d, d.cuMemsetD8Async(dst, value, Size(info[4]), StreamOf(info[5])), "cuMemsetD8Async"); });
+  return env.Undefined();
+}
+
 // copyDtoDAsync(device, src, srcOffset, dst, dstOffset, bytes, stream, blocking): within one device.
 Napi::Value CopyDtoDAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -392,6 +402,7 @@ void AddCudaMemory(Napi::Env env, Napi::Object ns) {
       {"copyHtoDAsync", CopyHtoDAsync},
       {"copyDtoHAsync", CopyDtoHAsync},
       {"copyDtoDAsync", CopyDtoDAsync},
+      {"memsetAsync", MemsetAsync},
   };
   for (auto& [name, fn] : fns) ns.Set(name, Napi::Function::New(env, fn, name));
 }

@@ -73,7 +73,8 @@ bool LoadDriver(CudaDriver& d) {
                           SLOT(d, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
                           SLOT(d, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
                           SLOT(d, cuMemGetAddressRange, "cuMemGetAddressRange_v2"),
-                          SLOT(d, cuCtxSynchronize, "cuCtxSynchronize")});
+                          SLOT(d, cuCtxSynchronize, "cuCtxSynchronize"),
+                          SLOT(d, cuMemsetD8Async, "cuMemsetD8Async")});
 }
 
 bool LoadNvrtc(Nvrtc& n) {

@@ -77,6 +77,7 @@ struct CudaDriver {
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);  // _v2
   CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr);     // _v2
   CUresult (*cuCtxSynchronize)();
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
 };
 
 // CUresult values and flags the allocator and copies use (stable across CUDA releases).

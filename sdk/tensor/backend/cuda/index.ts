@@ -81,6 +81,8 @@ export interface CudaMemoryApi {
     stream: bigint,
     blocking: boolean,
   ): void;
+  /** Sets `bytes` bytes at ptr + offset to `value`, ordered on the stream. */
+  memsetAsync(device: number, ptr: bigint, offset: number, value: number, bytes: number, stream: bigint): void;
   copyDtoDAsync(
     device: number,
     src: bigint,
@@ -138,8 +140,7 @@ export class CudaDeviceBackend implements DeviceBackend {
     const mem: DeviceMemory = { device, byteLength, handle: ptr };
     if (byteLength > 0) {
       this.freer.register(mem, { device: d, ptr });
-      // NB: no memset in the driver table yet: zeros come from the host (staged, then stream-ordered).
-      if (zero) this.api.copyHtoDAsync(d, ptr, 0, new Uint8Array(byteLength), this.currentStream(d), false);
+      if (zero) this.api.memsetAsync(d, ptr, 0, 0, byteLength, this.currentStream(d));
     }
     return mem;
   }
