@@ -35,7 +35,10 @@
         "src/channels/ucx/core.cc",
         "src/channels/ucx/binding.cc",
         "src/channels/register.cc",
-        "src/gpu/gpu.cc"
+        "src/gpu/gpu.cc",
+        "src/gpu/caching_allocator.cc",
+        "src/gpu/host_allocator.cc",
+        "src/gpu/cuda_memory.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "src", "<(openblas_inc)"],
       "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_CPP_EXCEPTIONS"],

@@ -65,7 +65,8 @@ export function setNumThreads(n: number): void {
 }
 
 export { Tensor, type NestedArray, type GradHook } from "./tensor/tensor.js";
-export { Device, type DeviceLike, cuda } from "./tensor/device.js";
+export { Device, type DeviceLike } from "./tensor/device.js";
+export { cuda } from "./tensor/cuda.js";
 export { type DType, DTYPES, getDefaultDType, setDefaultDType, promoteTypes } from "./tensor/dtype.js";
 export { Generator, manualSeed, defaultGenerator } from "./tensor/random.js";
 export { broadcastShapes } from "./tensor/shape.js";

@@ -42,7 +42,10 @@ const LibSpec kSpecs[static_cast<int>(Lib::Count)] = {
       "cuMemcpyPeerAsync", "cuPointerGetAttribute", "cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize",
       "cuStreamWaitEvent", "cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventDestroy_v2",
       "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle", "cuIpcGetEventHandle",
-      "cuIpcOpenEventHandle", "cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel"}},
+      "cuIpcOpenEventHandle", "cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
+      // caching allocator, streams, events, pinned host memory, async copies (issue 21 item 3)
+      "cuStreamQuery", "cuEventQuery", "cuMemHostAlloc", "cuMemcpyDtoDAsync_v2", "cuMemGetAddressRange_v2",
+      "cuCtxSynchronize", "cuMemsetD8Async"}},
     {"nvrtc",
      {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so.11.1", "libnvrtc.so.11.0", "libnvrtc.so"},
      {"nvrtcVersion", "nvrtcGetErrorString", "nvrtcCreateProgram", "nvrtcCompileProgram", "nvrtcGetPTXSize",

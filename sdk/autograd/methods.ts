@@ -119,7 +119,7 @@ declare module "../tensor/tensor.js" {
      * Casts (float to float stays differentiable) or moves to a device ("cpu", "cuda:1", 1, a Device;
      * differentiable: the gradient moves back). A CUDA device without a viable CUDA backend is a DeviceError.
      */
-    to(dtypeOrDevice: DType | DeviceLike): Tensor;
+    to(dtypeOrDevice: DType | DeviceLike, options?: { nonBlocking?: boolean }): Tensor;
     float(): Tensor;
     double(): Tensor;
     long(): Tensor;
@@ -129,7 +129,7 @@ declare module "../tensor/tensor.js" {
     bfloat16(): Tensor;
     cpu(): Tensor;
     /** A copy on CUDA device `device` (default cuda:0), as torch's .cuda(); DeviceError where CUDA is not viable. */
-    cuda(device?: number | string | Device): Tensor;
+    cuda(device?: number | string | Device, options?: { nonBlocking?: boolean }): Tensor;
 
     backward(gradient?: Tensor, retainGraph?: boolean): void;
     /** Runs hook(grad) when this tensor's gradient is computed; a returned tensor replaces it. Returns a remover. */
@@ -406,11 +406,11 @@ Object.assign(proto, {
     return indexing.scatterAdd(this, d, i, s);
   },
 
-  to(this: Tensor, target: DType | DeviceLike) {
+  to(this: Tensor, target: DType | DeviceLike, options?: { nonBlocking?: boolean }) {
     if (typeof target !== "string" || !(DTYPES as readonly string[]).includes(target)) {
       const dev = Device.parse(target);
       const from = this.device;
-      const out = toDevice(this, dev);
+      const out = toDevice(this, dev, options?.nonBlocking ?? false);
       if (out === this) return out;
       return recordOp("ToCopyBackward0", out, [this], (g) => [toDevice(g, from)]);
     }
@@ -440,10 +440,10 @@ Object.assign(proto, {
   cpu(this: Tensor) {
     return this.to("cpu");
   },
-  cuda(this: Tensor, device: number | string | Device = 0) {
+  cuda(this: Tensor, device: number | string | Device = 0, options?: { nonBlocking?: boolean }) {
     const d = Device.parse(device);
     if (d.type !== "cuda") throw new DeviceError(`cuda() expects a CUDA device (an index or "cuda:N"), got '${d}'`);
-    return this.to(d);
+    return this.to(d, options);
   },
 
   backward(this: Tensor, gradient?: Tensor, retainGraph?: boolean) {

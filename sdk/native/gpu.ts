@@ -41,8 +41,73 @@ export interface CudaDeviceInfo {
   unifiedAddressing: boolean;
 }
 
+/**
+ * The addon's caching allocator, streams, pinned memory and stream-ordered copies
+ * (native/src/gpu/cuda_memory.cc); the CUDA DeviceBackend's `CudaMemoryApi` documents each call.
+ * Streams and device pointers are bigints (0n: the legacy default stream). Failures are NativeError
+ * "ECUDA" (a driver call), "EOOM" (out of memory after freeing the cache) or "EINVAL".
+ */
+export interface NativeCudaMemory {
+  cachingAlloc(device: number, bytes: number, stream: bigint): bigint;
+  cachingFree(device: number, ptr: bigint): void;
+  recordStream(device: number, ptr: bigint, stream: bigint): void;
+  emptyCache(device: number): void;
+  memoryStats(device: number): Record<string, number>;
+  resetPeakMemoryStats(device: number): void;
+  resetAccumulatedMemoryStats(device: number): void;
+  memorySnapshot(device: number): {
+    address: bigint;
+    size: number;
+    stream: bigint;
+    pool: "small" | "large";
+    blocks: { size: number; requested: number; state: "active_allocated" | "inactive" | "active_pending_free" }[];
+  }[];
+  streamCreate(device: number): bigint;
+  streamDestroy(device: number, stream: bigint): void;
+  streamSynchronize(device: number, stream: bigint): void;
+  streamQuery(device: number, stream: bigint): boolean;
+  streamWaitStream(device: number, waiter: bigint, waitee: bigint): void;
+  deviceSynchronize(device: number): void;
+  hostAlloc(bytes: number): ArrayBuffer;
+  isPinned(view: Uint8Array): boolean;
+  hostMemoryStats(): {
+    allocated: number;
+    peakAllocated: number;
+    reserved: number;
+    hostAllocs: number;
+    hostFrees: number;
+  };
+  copyHtoDAsync(
+    device: number,
+    dst: bigint,
+    dstOffset: number,
+    src: Uint8Array,
+    stream: bigint,
+    blocking: boolean,
+  ): void;
+  copyDtoHAsync(
+    device: number,
+    src: bigint,
+    srcOffset: number,
+    dst: Uint8Array,
+    stream: bigint,
+    blocking: boolean,
+  ): void;
+  memsetAsync(device: number, ptr: bigint, offset: number, value: number, bytes: number, stream: bigint): void;
+  copyDtoDAsync(
+    device: number,
+    src: bigint,
+    srcOffset: number,
+    dst: bigint,
+    dstOffset: number,
+    bytes: number,
+    stream: bigint,
+    blocking: boolean,
+  ): void;
+}
+
 /** The addon's `gpu()` namespace. */
-export interface NativeGpu {
+export interface NativeGpu extends NativeCudaMemory {
   status(): Record<GpuLibName, GpuLibStatus>;
   /** Throws NativeError code "ENOTVIABLE" (with the reason) when the CUDA driver is not viable. */
   devices(): CudaDeviceInfo[];

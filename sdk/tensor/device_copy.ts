@@ -48,15 +48,18 @@ function span(t: Tensor): { lo: number; hi: number } {
   return { lo, hi };
 }
 
-/** A contiguous copy of `x` on `device` (x itself when it is already there). */
-export function toDevice(x: Tensor, device: Device): Tensor {
+/**
+ * A contiguous copy of `x` on `device` (x itself when it is already there). `nonBlocking` lets a
+ * host-to-device copy return before it ran (the backend orders it on the device's stream).
+ */
+export function toDevice(x: Tensor, device: Device, nonBlocking = false): Tensor {
   if (x.device.equals(device)) return x;
   const n = x.numel();
   if (x.device.type === "cpu") {
     const dst = backendOf(device);
     const src = x.isContiguous() ? x : raw.copyAs(x);
     const mem = dst.alloc(device, n * itemSize(x.dtype), false);
-    if (n > 0) dst.copyFromHost(hostBytes(src), mem, 0);
+    if (n > 0) dst.copyFromHost(hostBytes(src), mem, 0, nonBlocking);
     return new Tensor(Storage.onDevice(mem, x.dtype, n), [...x.shape], contiguousStrides(x.shape), 0);
   }
   const memory = x.storage.memory;

@@ -47,6 +47,20 @@ describe.skipIf(cuda.isAvailable())("devices without a CUDA backend (this machin
     expect(() => tensor([1]).cuda()).toThrow(/device 'cuda:0' is not available: no usable CUDA driver/);
   });
 
+  it("refuses the caching allocator's API and pinning, and no tensor is pinned", () => {
+    for (const f of [
+      () => cuda.memoryAllocated(),
+      () => cuda.memoryStats(0),
+      () => cuda.emptyCache(),
+      () => cuda.synchronize(),
+      () => new cuda.Stream(0),
+      () => tensor([1, 2]).pinMemory(),
+    ])
+      expect(f).toThrow(/device 'cuda:0' is not available: no usable CUDA driver/);
+    expect(() => cuda.memoryAllocated("cpu")).toThrow(/memoryStats expects a CUDA device, got 'cpu'/);
+    expect(tensor([1, 2]).isPinned()).toBe(false);
+  });
+
   it("refuses cuda devices everywhere with a DeviceError that says what to do", () => {
     const x = tensor([1, 2, 3]);
     const attempts: (() => unknown)[] = [

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "gpu/cuda_memory.h"
 #include "gpu/gpu_api.h"
 
 namespace tprpc {
@@ -61,7 +62,19 @@ bool LoadDriver(CudaDriver& d) {
                           SLOT(d, cuStreamSynchronize, "cuStreamSynchronize"),
                           SLOT(d, cuIpcGetMemHandle, "cuIpcGetMemHandle"),
                           SLOT(d, cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
-                          SLOT(d, cuIpcCloseMemHandle, "cuIpcCloseMemHandle")});
+                          SLOT(d, cuIpcCloseMemHandle, "cuIpcCloseMemHandle"),
+                          // caching allocator, streams, events, pinned memory, async copies (issue 21 item 3)
+                          SLOT(d, cuStreamCreate, "cuStreamCreate"), SLOT(d, cuStreamDestroy, "cuStreamDestroy_v2"),
+                          SLOT(d, cuStreamQuery, "cuStreamQuery"), SLOT(d, cuStreamWaitEvent, "cuStreamWaitEvent"),
+                          SLOT(d, cuEventCreate, "cuEventCreate"), SLOT(d, cuEventRecord, "cuEventRecord"),
+                          SLOT(d, cuEventQuery, "cuEventQuery"), SLOT(d, cuEventSynchronize, "cuEventSynchronize"),
+                          SLOT(d, cuEventDestroy, "cuEventDestroy_v2"), SLOT(d, cuMemHostAlloc, "cuMemHostAlloc"),
+                          SLOT(d, cuMemFreeHost, "cuMemFreeHost"), SLOT(d, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+                          SLOT(d, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+                          SLOT(d, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+                          SLOT(d, cuMemGetAddressRange, "cuMemGetAddressRange_v2"),
+                          SLOT(d, cuCtxSynchronize, "cuCtxSynchronize"),
+                          SLOT(d, cuMemsetD8Async, "cuMemsetD8Async")});
 }
 
 bool LoadNvrtc(Nvrtc& n) {
@@ -294,6 +307,7 @@ Napi::Value Namespace(const Napi::CallbackInfo& info) {
   o.Set("copyHtoD", Napi::Function::New(env, CopyHtoD));
   o.Set("copyDtoH", Napi::Function::New(env, CopyDtoH));
   o.Set("copyDtoD", Napi::Function::New(env, CopyDtoD));
+  AddCudaMemory(env, o);
   return o;
 }
 
@@ -305,6 +319,8 @@ Nccl g_nccl;
 bool g_driver_ok = false, g_nvrtc_ok = false, g_cublas_ok = false, g_nccl_ok = false;
 
 }  // namespace
+
+const CudaDriver& MakeCurrent(Napi::Env env, int device, CUcontext* ctx_out) { return Current(env, device, ctx_out); }
 
 const CudaDriver* Driver() { return Once(g_driver_once, g_driver, g_driver_ok, LoadDriver); }
 const Nvrtc* NvrtcApi() { return Once(g_nvrtc_once, g_nvrtc, g_nvrtc_ok, LoadNvrtc); }

@@ -60,7 +60,32 @@ struct CudaDriver {
   CUresult (*cuIpcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
   CUresult (*cuIpcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned);  // _v2
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
+  // -- caching allocator, streams, events, pinned host memory, async copies (issue 21 item 3) --
+  CUresult (*cuStreamCreate)(CUstream*, unsigned);
+  CUresult (*cuStreamDestroy)(CUstream);  // _v2
+  CUresult (*cuStreamQuery)(CUstream);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+  CUresult (*cuEventCreate)(CUevent*, unsigned);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventQuery)(CUevent);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventDestroy)(CUevent);  // _v2
+  CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
+  CUresult (*cuMemFreeHost)(void*);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);  // _v2
+  CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);        // _v2
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);  // _v2
+  CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr);     // _v2
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
 };
+
+// CUresult values and flags the allocator and copies use (stable across CUDA releases).
+constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
+constexpr CUresult CUDA_ERROR_NOT_READY = 600;
+constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
+constexpr unsigned CU_EVENT_DISABLE_TIMING = 2;
+constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 1;
 
 // ---- NVRTC ---------------------------------------------------------------------------------------
 using nvrtcResult = int;

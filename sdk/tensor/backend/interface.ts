@@ -265,10 +265,18 @@ export interface DeviceBackend {
   deviceCount(): number;
   /** Fresh memory on `device`; contents undefined unless `zero`. */
   alloc(device: Device, byteLength: number, zero: boolean): DeviceMemory;
-  /** dst[dstOffset .. dstOffset + src.byteLength) = src (host to device). */
-  copyFromHost(src: Uint8Array, dst: DeviceMemory, dstOffset: number): void;
+  /**
+   * dst[dstOffset .. dstOffset + src.byteLength) = src (host to device). With `nonBlocking` (torch's
+   * non_blocking=True) it may return before the copy ran: src may be reused at once, the bytes reach
+   * dst in stream order (backends that lack streams ignore it).
+   */
+  copyFromHost(src: Uint8Array, dst: DeviceMemory, dstOffset: number, nonBlocking?: boolean): void;
   /** dst = src[srcOffset .. srcOffset + dst.byteLength) (device to host). */
   copyToHost(src: DeviceMemory, srcOffset: number, dst: Uint8Array): void;
+  /** Optional: page-locked host memory (Tensor.pinMemory), faster to copy and copied without staging. */
+  pinnedHost?(byteLength: number): ArrayBuffer;
+  /** Optional: whether `bytes` lie in memory from pinnedHost (Tensor.isPinned). */
+  isPinned?(bytes: Uint8Array): boolean;
   /** Free and total bytes of `device` (optional; torch.cuda.mem_get_info). */
   memoryInfo?(device: Device): { free: number; total: number };
   /** Device to device, possibly across devices of this type (peer copy). */
