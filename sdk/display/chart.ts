@@ -31,7 +31,7 @@ export interface ChartOptions {
 }
 
 // d3's category10 palette.
-const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
+export const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
 
 function points(s: SeriesData): Array<[number, number]> {
   if (Array.isArray(s)) return (s as number[]).map((y, i) => [i, y]);
@@ -51,7 +51,7 @@ function movingAverage(p: Array<[number, number]>, k: number): Array<[number, nu
   return out;
 }
 
-function tickText(v: number): string {
+export function tickText(v: number): string {
   const a = Math.abs(v);
   if (a !== 0 && (a < 1e-3 || a >= 1e5)) return v.toExponential(1);
   return String(Number(v.toPrecision(4)));
