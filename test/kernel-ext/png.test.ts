@@ -34,12 +34,12 @@ describe("withPng", () => {
 
   it("leaves bundles with HTML, with PNG or without SVG as they are", () => {
     const svg = display.lineChartSvg({ l: [1, 2] });
-    for (const b of [
+    const bundles: display.MimeBundle[] = [
       { "image/svg+xml": svg, "text/html": "<b>mine</b>", "text/plain": "x" },
       { "image/svg+xml": svg, "image/png": "AAAA", "text/plain": "x" },
       { "text/plain": "x" },
-    ])
-      expect(withPng(b)).toBe(b);
+    ];
+    for (const b of bundles) expect(withPng(b)).toBe(b);
   });
 
   it("its <img> survives nbconvert 6.5's output cleaning (lxml clean_html), which empties inline SVG", () => {
