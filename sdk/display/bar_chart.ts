@@ -44,7 +44,8 @@ export function barChartSvg(
   const m = { top: legendTop + 22, right: 16, bottom: o.xLabel ? 42 : 28, left: o.yLabel ? 62 : 48 };
   const values = names.flatMap((n) => series[n]!);
   const lo = Math.min(0, ...values);
-  const hi = Math.max(0, ...values);
+  // NB: headroom above the tallest bar for its value label
+  const hi = Math.max(0, ...values) * (o.valueLabels === false ? 1 : 1.08);
   const y = scaleLinear()
     .domain([lo, hi === lo ? lo + 1 : hi])
     .range([H - m.bottom, m.top])
