@@ -52,6 +52,10 @@ function check(ok: boolean, what: string): void {
   if (!ok) failures.push(what);
 }
 
+/** The final loss chart's <img> src, live and in 00_quickstart's export. */
+let liveChartSrc: string | null = null;
+let exportChartSrc: string | null = null;
+
 /** What the page's MutationObserver saw while the cells ran. */
 interface Seen {
   progress: number[];
@@ -125,7 +129,11 @@ async function live(browser: Browser, root: string, shots: string): Promise<void
       await new Promise((r) => setTimeout(r, 200));
     }
     log(`cells ran in ${((performance.now() - tRun) / 1000).toFixed(1)} s`);
-    await page.screenshot({ path: path.join(shots, "live-00-quickstart.png"), fullPage: true, timeout: 30_000 });
+    // NB: the notebook scrolls inside #site, not the document: a viewport as tall as the notebook shows it whole.
+    const tall = await page.evaluate(() => document.querySelector("#notebook").scrollHeight + 150);
+    await page.setViewportSize({ width: 1280, height: Math.min(Number(tall) || 900, 12_000) });
+    await page.waitForTimeout(500);
+    await page.screenshot({ path: path.join(shots, "live-00-quickstart.png"), timeout: 30_000 });
     const errors = await page.locator(".output_error").allInnerTexts();
     check(errors.length === 0, `no cell of 00_quickstart shows an error${errors.length ? `: ${errors[0]}` : ""}`);
     const seen = await page.evaluate(() => (window as unknown as { __seen: Seen }).__seen);
@@ -140,6 +148,7 @@ async function live(browser: Browser, root: string, shots: string): Promise<void
     check((await charts.count()) === 1, `one loss chart at the end (redrawn in place), found ${await charts.count()}`);
     check(seen.charts.length >= 2, `the loss chart was redrawn live (${seen.charts.length} pictures seen)`);
     if ((await charts.count()) === 1) {
+      liveChartSrc = await charts.first().getAttribute("src");
       const p = await paintedPixels(page, await charts.first().elementHandle()!, path.join(shots, "live-00-chart.png"));
       check(looksDrawn(p), `the live loss chart has painted pixels (${JSON.stringify(p)})`);
     }
@@ -199,6 +208,7 @@ async function exported(browser: Browser, root: string, shots: string): Promise<
         const imgs = page.locator('img[src^="data:image/png"]');
         const n = await imgs.count();
         check(n === want.charts, `${name}: ${want.charts} charts exported as images, found ${n}`);
+        if (name === "00_quickstart" && n > 0) exportChartSrc = await imgs.first().getAttribute("src");
         for (let i = 0; i < n; i++) {
           const el = (await imgs.nth(i).elementHandle())!;
           await el.scrollIntoViewIfNeeded({ timeout: 10_000 });
@@ -243,6 +253,11 @@ async function main(): Promise<number> {
   try {
     await live(browser, root, shots);
     await exported(browser, root, shots);
+    // Informational: 00_quickstart is seeded, so its loss chart should be the very same PNG live and exported.
+    if (liveChartSrc && exportChartSrc)
+      log(
+        `00_quickstart's loss chart, live and exported: ${liveChartSrc === exportChartSrc ? "the same PNG" : "different PNGs (different data)"}`,
+      );
   } finally {
     await browser.close();
   }
