@@ -188,6 +188,7 @@ export async function main(argv: readonly string[]): Promise<number> {
         const configPath = str("config-path");
         if (!configPath) throw new UsageError("--config-path is required");
         const { startKernel } = await import("./kernel.js");
+        (await import("./png.js")).installPngRenderings();
         startKernel(configPath);
         return -1;
       }

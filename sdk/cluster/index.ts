@@ -39,6 +39,11 @@ export interface ClusterOptions extends Omit<LocalWorkersOptions, "workers"> {
    * as initRpc's `channels`; the workers get it as TPRPC_CHANNELS. Default: every viable one.
    */
   channels?: string | readonly string[];
+  /**
+   * This process's device maps, as initRpc's `deviceMaps`: { worker1: { "cuda:0": "cuda:1" } } sends the
+   * tensors of calls to worker1 from cuda:0 to its cuda:1 directly (replies take the inverse map).
+   */
+  deviceMaps?: rpc.InitRpcOptions["deviceMaps"];
 }
 
 export type WorkerState = "starting" | "running" | "exited" | "killed";
@@ -130,6 +135,7 @@ export class Cluster {
       rpcTimeoutMs: opts.rpcTimeoutMs,
       initTimeoutMs: timeoutMs,
       ...(opts.channels === undefined ? {} : { channels: opts.channels }),
+      ...(opts.deviceMaps === undefined ? {} : { deviceMaps: opts.deviceMaps }),
     });
     init.catch(() => undefined);
     await Promise.race([init, death]);

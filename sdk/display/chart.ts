@@ -31,7 +31,7 @@ export interface ChartOptions {
 }
 
 // d3's category10 palette.
-const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
+export const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
 
 function points(s: SeriesData): Array<[number, number]> {
   if (Array.isArray(s)) return (s as number[]).map((y, i) => [i, y]);
@@ -51,7 +51,7 @@ function movingAverage(p: Array<[number, number]>, k: number): Array<[number, nu
   return out;
 }
 
-function tickText(v: number): string {
+export function tickText(v: number): string {
   const a = Math.abs(v);
   if (a !== 0 && (a < 1e-3 || a >= 1e5)) return v.toExponential(1);
   return String(Number(v.toPrecision(4)));
@@ -69,8 +69,16 @@ function yTicks(ticks: number[], log: boolean): number[] {
 export function lineChartSvg(series: Readonly<Record<string, SeriesData>>, o: ChartOptions = {}): string {
   const W = o.width ?? 640;
   const H = o.height ?? 320;
-  const m = { top: o.title ? 28 : 12, right: 16, bottom: o.xLabel ? 42 : 28, left: o.yLabel ? 62 : 48 };
   const names = Object.keys(series);
+  // NB: the legend gets a row of its own under the title, so that it never covers a curve.
+  const legend = names.length > 1 || (names.length === 1 && !o.title);
+  const legendTop = o.title ? 28 : 8;
+  const m = {
+    top: legend ? legendTop + 22 : o.title ? 28 : 12,
+    right: 16,
+    bottom: o.xLabel ? 42 : 28,
+    left: o.yLabel ? 62 : 48,
+  };
   const data = names.map((n) =>
     points(series[n]!).filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y) && (!o.logY || y > 0)),
   );
@@ -134,14 +142,16 @@ export function lineChartSvg(series: Readonly<Record<string, SeriesData>>, o: Ch
     if (smooth)
       out.push(`<path d="${path(movingAverage(p, o.smooth!))}" fill="none" stroke="${color}" stroke-width="2"/>`);
   });
-  if (names.length > 1 || (names.length === 1 && !o.title)) {
+  // The legend row, from the left edge of the plot (about 6.5 px per character).
+  if (legend) {
+    let lx = m.left;
+    const ly = legendTop + 8;
     names.forEach((n, i) => {
-      const ly = m.top + 6 + i * 15;
-      const lx = W - m.right - 120;
       out.push(
         `<line x1="${lx}" x2="${lx + 16}" y1="${ly}" y2="${ly}" stroke="${COLORS[i % COLORS.length]}" stroke-width="2"/>`,
         `<text x="${lx + 20}" y="${ly}" dy="0.32em">${escapeHtml(n)}</text>`,
       );
+      lx += 20 + Math.ceil(n.length * 6.5) + 18;
     });
   }
   out.push("</svg>");

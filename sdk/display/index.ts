@@ -1,6 +1,6 @@
 /**
  * Notebook display helpers (`display` in "tprpc"): rich output for tensors and
- * other objects, tables of records, in-place progress bars and SVG line charts. Inside the tprpc
+ * other objects, tables of records, in-place progress bars, SVG line and bar charts. Inside the tprpc
  * kernel they render as Jupyter outputs; in a plain Node process they fall back
  * to text.
  */
@@ -10,6 +10,8 @@ export {
   type DisplayOptions,
   type DisplaySink,
   type DisplayHandle,
+  type BundleFilter,
+  setBundleFilter,
   MIME_BUNDLE,
   setDisplaySink,
   hasDisplaySink,
@@ -23,3 +25,4 @@ export { tensorHtml, tensorBundle } from "./tensor_table.js";
 export { Progress, progress, type ProgressOptions } from "./progress.js";
 export { table, tableBundle, type TableOptions } from "./table.js";
 export { LiveChart, chart, plot, lineChartSvg, lineChartBundle, type ChartOptions, type SeriesData } from "./chart.js";
+export { bars, barChartSvg, barChartBundle, type BarChartOptions } from "./bar_chart.js";

@@ -86,12 +86,14 @@ export class Progress {
   }
 
   [MIME_BUNDLE](): MimeBundle {
-    // NB: a finished bar is full, also when the work stopped early (a solved task, early stopping)
-    const max = this.finished ? Math.max(this.n, 1) : Math.max(this.total, 1);
+    // NB: a finished bar is full, also when the work stopped early (a solved task, early stopping).
+    // NB: the value is a fraction of the default max (1): nbconvert 6.5's HTML export cleans outputs with
+    // lxml, which keeps <progress value> but drops `max` and every style, so the exported bar shows the same state.
+    const frac = this.finished ? 1 : this.total > 0 ? Math.min(Math.max(this.n / this.total, 0), 1) : 1;
     const t = escapeHtml(this.text());
     return {
       "text/plain": this.text(),
-      "text/html": `<div style="font-family:monospace;font-size:12px"><progress value="${Math.min(this.n, max)}" max="${max}" style="width:240px;vertical-align:middle"></progress> ${t}</div>`,
+      "text/html": `<div style="font-family:monospace;font-size:12px"><progress value="${Number(frac.toFixed(4))}" style="width:240px;vertical-align:middle"></progress> ${t}</div>`,
     };
   }
 

@@ -51,6 +51,22 @@ export function hasDisplaySink(): boolean {
   return sink !== null;
 }
 
+/**
+ * Adds renderings to a bundle before it is shown: the tprpc kernel installs one that puts a PNG (and an
+ * HTML <img> of it) beside each SVG, because exported notebooks (nbconvert 6.5's HTML) strip inline SVG.
+ * It returns a new bundle (or the same one when it has nothing to add) and must not throw.
+ */
+export type BundleFilter = (bundle: MimeBundle) => MimeBundle;
+
+let filter: BundleFilter | null = null;
+
+/** Installs (or, with null, removes) the bundle filter; returns the previous one. */
+export function setBundleFilter(f: BundleFilter | null): BundleFilter | null {
+  const prev = filter;
+  filter = f;
+  return prev;
+}
+
 /** The rich MIME bundle of `value`, or null when it has none (then util.inspect is its text form). */
 export function mimeBundle(value: unknown): MimeBundle | null {
   if (value instanceof Tensor) return tensorBundle(value);
@@ -58,8 +74,10 @@ export function mimeBundle(value: unknown): MimeBundle | null {
     value !== null &&
     typeof value === "object" &&
     typeof (value as Partial<RichDisplayable>)[MIME_BUNDLE] === "function"
-  )
-    return (value as RichDisplayable)[MIME_BUNDLE]();
+  ) {
+    const b = (value as RichDisplayable)[MIME_BUNDLE]();
+    return filter ? filter(b) : b;
+  }
   return null;
 }
 
@@ -95,7 +113,7 @@ export function display(value: unknown, opts: DisplayOptions & { raw?: boolean }
 
 /** Sends a bundle to the sink, or prints its text to stdout (new outputs only) without one. */
 export function emit(bundle: MimeBundle, opts: DisplayOptions): void {
-  if (sink) sink.display(bundle, opts);
+  if (sink) sink.display(filter ? filter(bundle) : bundle, opts);
   else if (!opts.update) process.stdout.write(`${bundle["text/plain"] ?? ""}\n`);
 }
 

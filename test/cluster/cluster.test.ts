@@ -7,7 +7,7 @@
  */
 import fs from "node:fs";
 import { afterAll, describe, expect, it } from "vitest";
-import { cluster, display, rpc } from "../../sdk/index.js";
+import { cluster, cuda, display, rpc } from "../../sdk/index.js";
 
 function alive(pid: number): boolean {
   try {
@@ -66,6 +66,17 @@ describe("tprpc.cluster", () => {
     expect(b.status()[0]).toMatchObject({ state: "exited", exit: "code 0" });
     expect(cluster.livePids()).toEqual([]);
     expect(() => rpc.workers()).toThrow(/initRpc/);
+  }, 90_000);
+
+  it("passes deviceMaps to the master's initRpc (the group checks them against the workers' devices)", async () => {
+    const start = cluster.start({ workers: 1, deviceMaps: { worker1: { cpu: "cuda:0" } }, ...quiet });
+    if (cuda.isAvailable()) {
+      await start;
+      await cluster.shutdown();
+      return;
+    }
+    await expect(start).rejects.toThrow(/deviceMaps\["worker1"\] maps to cuda:0, but "worker1" has 0 CUDA device/);
+    expect(await gone(cluster.livePids(), 10_000)).toEqual([]);
   }, 90_000);
 
   it("rejects bad worker counts", async () => {

@@ -88,7 +88,8 @@ describe("progress", () => {
     expect(shown.slice(1).every((s) => s.update && s.displayId === shown[0]!.displayId)).toBe(true);
     const last = shown.at(-1)!.bundle;
     expect(last["text/plain"]).toMatch(/^train done: 10\/10 \[[0-9:]+, .*it\/s\] loss=0\.1$/);
-    expect(last["text/html"]).toContain('<progress value="10" max="10"');
+    expect(last["text/html"]).toContain('<progress value="1" ');
+    expect(shown[1]!.bundle["text/html"]).toContain('<progress value="0.2" ');
   });
 
   it("ends finished, with a full bar, when the work stops early (a solved task, early stopping)", () => {
@@ -102,7 +103,8 @@ describe("progress", () => {
       /^episodes done: 604 of 4000 \(stopped early\) \[[0-9:]+, .*it\/s\] reward=196$/,
     );
     expect(last["text/plain"]).not.toContain("15%");
-    expect(last["text/html"]).toContain('<progress value="604" max="604"');
+    expect(shown.at(-2)!.bundle["text/html"]).toContain('<progress value="0.151" ');
+    expect(last["text/html"]).toContain('<progress value="1" ');
   });
 
   it("throttles redraws", () => {
@@ -147,6 +149,59 @@ describe("line charts", () => {
     chart.done();
     expect(shown.slice(1).map((s) => s.update)).toEqual([false, true, true]);
     expect(chart.series()).toEqual({ r: { x: [0, 1], y: [1, 2] } });
+  });
+});
+
+describe("bar charts", () => {
+  it("draws a bar per category and series, a legend, axis labels and value labels", () => {
+    const svg = display.barChartSvg(
+      ["tcp", "shm"],
+      { "via host buffer": [4, 2], direct: [3, 1] },
+      { title: "cost", xLabel: "channel", yLabel: "ms", unit: " ms" },
+    );
+    expect(svg.startsWith("<svg")).toBe(true);
+    // the background, 4 bars, 2 legend swatches
+    expect(svg.match(/<rect /g)).toHaveLength(7);
+    for (const s of ["cost", "channel", ">ms<", ">tcp<", ">shm<", ">via host buffer<", ">direct<", ">4 ms<", ">1 ms<"])
+      expect(svg).toContain(s);
+    // taller values, taller bars: heights follow the values within a series
+    const heights = [...svg.matchAll(/<rect x="[^"]+" y="[^"]+" width="[^"]+" height="([^"]+)" fill="#1f77b4"/g)].map(
+      (m) => Number(m[1]),
+    );
+    expect(heights).toHaveLength(3); // two bars, then the legend's swatch
+    expect(heights[0]! / heights[1]!).toBeCloseTo(2, 1);
+  });
+
+  it("bars() sends SVG with a text table; mismatched or non-finite series throw ValueError", () => {
+    const shown = record();
+    display.bars(["a", "b"], { x: [1, 2.5] }, { title: "t" });
+    expect(shown[0]!.bundle["image/svg+xml"]).toContain("<svg");
+    expect(shown[0]!.bundle["text/plain"]).toBe("[bar chart] t\na: x 1\nb: x 2.5");
+    expect(() => display.barChartSvg(["a", "b"], { x: [1] })).toThrow(ValueError);
+    expect(() => display.barChartSvg(["a"], { x: [NaN] })).toThrow(ValueError);
+  });
+});
+
+describe("bundle filter", () => {
+  afterEach(() => display.setBundleFilter(null));
+
+  it("applies to every shown bundle and to rich objects' bundles, and can be removed", () => {
+    const shown = record();
+    const seen: string[] = [];
+    display.setBundleFilter((b) => {
+      seen.push(Object.keys(b).sort().join(","));
+      return b["image/svg+xml"] ? { ...b, "image/png": "PNG" } : b;
+    });
+    display.plot({ l: [1, 2] });
+    expect(shown[0]!.bundle["image/png"]).toBe("PNG");
+    const chart = display.chart({ everyMs: 0 });
+    chart.push("r", 1);
+    expect(shown[1]!.bundle["image/png"]).toBe("PNG");
+    expect(display.mimeBundle(chart)!["image/png"]).toBe("PNG");
+    expect(seen).toContain("image/svg+xml,text/plain");
+    expect(display.setBundleFilter(null)).not.toBeNull();
+    display.plot({ l: [1, 2] });
+    expect(shown[2]!.bundle["image/png"]).toBeUndefined();
   });
 });
 
