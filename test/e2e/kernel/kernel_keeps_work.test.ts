@@ -74,6 +74,7 @@ describe.skipIf(!hasJupyter)("tprpc kernel keeps the user's work (e2e)", () => {
         'throw new Error("x");',
         "const later = 5;",
         "const notReached = 6;",
+        "function hoisted(): number { return 7; }",
       ].join("\n"),
     );
     expect(failed.status).toBe("error");
@@ -89,6 +90,10 @@ describe.skipIf(!hasJupyter)("tprpc kernel keeps the user's work (e2e)", () => {
     expect(notReached.status).toBe("error");
     expect(notReached.errorOutput?.ename).toBe("CompileError");
     expect(notReached.errorOutput?.evalue).toContain("Cannot find name 'notReached'");
+    // A function declared below the failing line is not kept either (as a Python def below a raise),
+    // although JavaScript hoists it within the cell.
+    const hoisted = await exec(k, "hoisted()");
+    expect(hoisted.errorOutput?.evalue).toContain("Cannot find name 'hoisted'");
   }, 120_000);
 
   it("an interrupted cell keeps the declarations made before the await it was stopped in", async () => {
