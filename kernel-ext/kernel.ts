@@ -20,8 +20,9 @@
  * 3. An unhandled rejection or uncaught exception while a cell runs fails that
  *    cell (through tslab's interrupt, which ends the cell's await) instead of
  *    vanishing into stderr; the cell also waits one event-loop turn after its
- *    code returns, so a promise rejected right away is caught too. One that comes
- *    while no cell runs is shown as stderr on the next cell to run.
+ *    code returns, so a promise rejected right away is caught too. A rejection of
+ *    a promise an earlier cell made is shown as stderr on the running cell (which
+ *    goes on) or, while none runs, on the next cell.
  * 4. SIGINT (Jupyter's interrupt reaches the whole process group; the workers
  *    ignore it): rpc.cancelPending() rejects every pending RPC, and tslab's own
  *    handler interrupts the cell. SIGTERM and exit SIGKILL every worker left, so
@@ -30,6 +31,7 @@
  */
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
+import { promiseHooks } from "node:v8";
 import type * as TS from "typescript";
 import * as tprpc from "tprpc";
 import { compileErrorContent, errorContent, interruptContent, type ErrorContent } from "./error_output.js";
@@ -286,22 +288,37 @@ async function settleShell(): Promise<void> {
 }
 
 /**
- * Rejections nothing awaited that came while no cell ran. They are shown (as stderr) on the next
- * cell to run: a Jupyter front end drops output addressed to a cell whose request has finished
- * (JupyterLab disposes the request's future), and ipykernel likewise shows output from background
- * work on the cell running when it is written.
+ * Rejections nothing awaited that did not come from the running cell. A promise is tagged with the
+ * cell running when it was made (or, between cells, with its parent promise's cell). A rejection from
+ * the running cell fails that cell; one from an earlier cell is shown as stderr on the running cell,
+ * which goes on, or, while no cell runs, on the next cell to run. Why there: a Jupyter front end drops
+ * output addressed to a cell whose request has finished (JupyterLab disposes the request's future), and
+ * ipykernel likewise shows output and tracebacks of background work on the cell running when they come.
  */
-const lateRejections: { error: unknown; after: number }[] = [];
+const CELL_OF = Symbol("tprpc.cellOf");
+type Tagged = { [CELL_OF]?: number };
+/** The execution count of the cell running now; 0 between cells. */
+let runningCell = 0;
 let lastCellCount = 0;
+const lateRejections: { error: unknown; from: number | undefined; after: number }[] = [];
+
+function tagPromises(): void {
+  // NB: one property write per promise made; the tag says which cell a rejection nothing awaited came from.
+  promiseHooks.onInit((promise, parent) => {
+    const tag = runningCell || (parent as Tagged | undefined)?.[CELL_OF];
+    if (tag) (promise as Tagged)[CELL_OF] = tag;
+  });
+}
+
+function lateRejectionText(error: unknown, from: number | undefined, when: string): string {
+  const origin = from ? `from cell [${from}] ` : "";
+  return `A promise ${origin}rejected ${when}, with nothing awaiting it:\n${errorContent(error).traceback.join("\n")}\n\n`;
+}
 
 function showLateRejections(c: CellState): void {
-  for (const { error, after } of lateRejections.splice(0)) {
-    const err = errorContent(error);
-    const where = after ? `after cell [${after}] ended` : "before any cell ran";
-    c.publish("stream", {
-      name: "stderr",
-      text: `A promise rejected ${where}, with nothing awaiting it:\n${err.traceback.join("\n")}\n\n`,
-    });
+  for (const { error, from, after } of lateRejections.splice(0)) {
+    const when = after ? `after cell [${after}] ended` : "before any cell ran";
+    c.publish("stream", { name: "stderr", text: lateRejectionText(error, from, when) });
   }
 }
 
@@ -344,6 +361,7 @@ function wrapServer(mod: JupyterModule): void {
     }
     if (cell === state) {
       cell = null;
+      runningCell = 0;
       lastCellCount = this.handler.execCount;
     }
     const reply = msg.createReply();
@@ -356,7 +374,11 @@ function wrapServer(mod: JupyterModule): void {
   const impl = hproto.handleExecuteImpl;
   hproto.handleExecuteImpl = function (this: Handler, req, writeStream, writeDisplayData) {
     cell = cells.get(writeStream) ?? null;
-    if (cell) showLateRejections(cell);
+    if (cell) {
+      // NB: tslab's handleExecuteImpl numbers the cell execCount + 1 first thing
+      runningCell = this.execCount + 1;
+      showLateRejections(cell);
+    }
     return impl.call(this, req, writeStream, writeDisplayData);
   };
   // tslab's handleExecute (queue, and abort whatever arrives within 200 ms of any error) is replaced.
@@ -406,16 +428,19 @@ function installProcessHooks(): void {
     }
     debug(`SIGINT: cancelled ${n} pending RPCs`);
   });
-  const failCell = (e: unknown, what: string) => {
-    if (cell) {
+  const failCell = (e: unknown, what: string, from?: number) => {
+    if (cell && (from === undefined || from === runningCell)) {
       cell.errors.unshift(e);
       executor?.interrupt();
+    } else if (cell) {
+      cell.publish("stream", { name: "stderr", text: lateRejectionText(e, from, `while cell [${runningCell}] ran`) });
     } else {
       stderrWrite(`tprpc kernel: ${what} outside a cell: ${(e as Error)?.stack ?? String(e)}\n`);
-      lateRejections.push({ error: e, after: lastCellCount });
+      lateRejections.push({ error: e, from, after: lastCellCount });
     }
   };
-  process.on("unhandledRejection", (e) => failCell(e, "unhandled rejection"));
+  tagPromises();
+  process.on("unhandledRejection", (e, p) => failCell(e, "unhandled rejection", (p as Tagged)[CELL_OF]));
   process.on("uncaughtException", (e) => failCell(e, "uncaught exception"));
   process.on("SIGTERM", () => {
     tprpc.cluster.killAll();

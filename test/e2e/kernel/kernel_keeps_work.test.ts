@@ -4,7 +4,7 @@
  * values and types), a name it did not reach keeps its earlier value; with
  * `stop_on_error: false` a request sent right after an error runs, with the default the
  * requests already queued behind a failed cell are aborted; a promise that rejects after its
- * cell ended is shown on the next cell. Skipped where no Python has jupyter_server.
+ * cell ended is shown on the running cell, or on the next one. Skipped where no Python has jupyter_server.
  */
 import { spawnSync } from "node:child_process";
 import os from "node:os";
@@ -139,7 +139,7 @@ describe.skipIf(!hasJupyter)("tprpc kernel keeps the user's work (e2e)", () => {
     expect((await exec(k, "mark")).result).toBe("1");
   }, 120_000);
 
-  it("a promise that rejects after its cell ended is shown on the next cell, which still runs", async () => {
+  it("a promise that rejects after its cell ended is shown on the next cell or the running one, which goes on", async () => {
     const started = await exec(
       k,
       'setTimeout(() => void Promise.reject(new tprpc.ValueError("late failure")), 300);\n"scheduled"',
@@ -152,5 +152,19 @@ describe.skipIf(!hasJupyter)("tprpc kernel keeps the user's work (e2e)", () => {
     expect(next.stderr).toContain("ValueError: late failure");
     // Shown once.
     expect((await send(k, "1", true)).stderr).toBe("");
+
+    // A promise made by an earlier cell that rejects while another cell runs: shown on the running cell,
+    // which goes on and succeeds (a rejection nothing awaited from the running cell itself fails it).
+    const made = await exec(
+      k,
+      'const background = (async () => { await new Promise((r) => setTimeout(r, 2_000)); throw new tprpc.ValueError("from an earlier cell"); })();\n"started"',
+    );
+    expect(made.status).toBe("ok");
+    const running = await send(k, 'await new Promise((r) => setTimeout(r, 4_000));\n"finished"', true);
+    expect(running.status, JSON.stringify(running)).toBe("ok");
+    expect(running.stderr).toMatch(
+      /A promise from cell \[\d+\] rejected while cell \[\d+\] ran, with nothing awaiting it:/,
+    );
+    expect(running.stderr).toContain("ValueError: from an earlier cell");
   }, 120_000);
 });
