@@ -351,7 +351,7 @@ function wrapServer(mod: JupyterModule): void {
       Object.assign(content, {
         status: "error",
         ename: "AbortedError",
-        evalue: "not run: an earlier cell failed (the request asked to stop on error)",
+        evalue: "not run: an earlier cell failed, and its request asked to stop on error",
         traceback: [],
       });
     } else if (content.status === "error") {
