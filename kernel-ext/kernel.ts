@@ -8,15 +8,21 @@
  *    `tprpc` (with its types) a name in every later cell. Its console (tslab
  *    prints a cell's errors and its last expression through it) is replaced: an
  *    error is kept for the cell's error output, the last expression becomes an
- *    execute_result with a rich MIME bundle (tensors render as tables).
+ *    execute_result with a rich MIME bundle (tensors render as tables). A cell
+ *    that fails or is interrupted keeps the declarations whose statements ran
+ *    (keepPartialCells, partial_cell.ts).
  * 2. ZmqServer.handleExecute: also publishes the cell's `error` output (ename,
  *    evalue, traceback — with the remote stack of a RemoteError) and puts them in
  *    the execute_reply; tslab alone only writes errors to stderr.
  *    ZmqServer.close (after a shutdown_request): shuts the cluster down, then exits.
+ *    JupyterHandlerImpl.handleExecute: cells queue in exec_queue.ts, which aborts
+ *    after an error as ipykernel does (honouring stop_on_error).
  * 3. An unhandled rejection or uncaught exception while a cell runs fails that
  *    cell (through tslab's interrupt, which ends the cell's await) instead of
  *    vanishing into stderr; the cell also waits one event-loop turn after its
- *    code returns, so a promise rejected right away is caught too.
+ *    code returns, so a promise rejected right away is caught too. A rejection of
+ *    a promise an earlier cell made is shown as stderr on the running cell (which
+ *    goes on) or, while none runs, on the next cell.
  * 4. SIGINT (Jupyter's interrupt reaches the whole process group; the workers
  *    ignore it): rpc.cancelPending() rejects every pending RPC, and tslab's own
  *    handler interrupts the cell. SIGTERM and exit SIGKILL every worker left, so
@@ -25,8 +31,12 @@
  */
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
+import { promiseHooks } from "node:v8";
+import type * as TS from "typescript";
 import * as tprpc from "tprpc";
 import { compileErrorContent, errorContent, interruptContent, type ErrorContent } from "./error_output.js";
+import { ExecQueue, type ExecRequestFlags } from "./exec_queue.js";
+import { assignsExport, mergeDecls, splitExportInit } from "./partial_cell.js";
 
 const require = createRequire(import.meta.url);
 
@@ -38,8 +48,20 @@ interface Executor {
   interrupt(): void;
 }
 type ExecutorConsole = { log: (...a: unknown[]) => void; error: (...a: unknown[]) => void };
+/** What tslab's converter makes of a cell (converter.js's convert). */
+interface Converted {
+  output?: string;
+  declOutput?: string;
+  diagnostics: unknown[];
+  lastExpressionVar?: string;
+}
+interface Converter {
+  convert(prevDecl: string, src: string): Converted;
+  inspect(prevDecl: string, src: string, position: number): unknown;
+  complete(prevDecl: string, src: string, position: number): unknown;
+}
 interface ExecutorModule {
-  createExecutor(rootDir: string, convs: unknown, console: ExecutorConsole): Executor;
+  createExecutor(rootDir: string, convs: { node: Converter }, console: ExecutorConsole): Executor;
 }
 interface ZmqMsg {
   createReply(): { header: { msg_type: string }; content: unknown; signAndSend(key: string, sock: unknown): void };
@@ -47,6 +69,7 @@ interface ZmqMsg {
 }
 interface Handler {
   execCount: number;
+  handleExecuteImpl: ExecuteImpl;
   handleExecute(
     req: unknown,
     writeStream: (name: string, text: string) => void,
@@ -55,6 +78,7 @@ interface Handler {
 }
 interface ZmqServerProto {
   handler: Handler;
+  shell: { readable?: boolean };
   connInfo: { key: string };
   iopub: unknown;
   handleExecute(sock: unknown, msg: ZmqMsg): Promise<void>;
@@ -67,7 +91,7 @@ type ExecuteImpl = (
 ) => Promise<unknown>;
 interface JupyterModule {
   ZmqServer: { prototype: ZmqServerProto };
-  JupyterHandlerImpl: { prototype: { handleExecuteImpl: ExecuteImpl } };
+  JupyterHandlerImpl: { prototype: Handler };
   lastWriteDisplayData: ((data: unknown, update: boolean) => void) | null;
 }
 interface MainModule {
@@ -112,6 +136,65 @@ function cellError(c: CellState): ErrorContent {
   return { ename: "Error", evalue: "the cell failed", traceback: ["the cell failed (no error was recorded)"] };
 }
 
+/**
+ * Makes a failed or interrupted cell keep the declarations it made before it stopped
+ * (partial_cell.ts tells the rule): the kernel owns the declaration text tslab's converter
+ * type-checks against (tslab keeps its own only for cells that succeeded), removes the
+ * `exports.x = void 0` line from each compiled cell, and records which names a cell assigned.
+ */
+function keepPartialCells(conv: Converter): { run: (execute: () => Promise<boolean>) => Promise<boolean> } {
+  const ts = createRequire(require.resolve("tslab/package.json"))("@tslab/typescript-for-tslab") as typeof TS;
+  let prevDecl = "";
+  let last: (Converted & { names: string[] }) | null = null;
+  const convert = conv.convert.bind(conv);
+  const inspect = conv.inspect.bind(conv);
+  const complete = conv.complete.bind(conv);
+  conv.convert = (_prev, src) => {
+    const r = convert(prevDecl, src);
+    const split = r.output ? splitExportInit(r.output) : { names: [], js: r.output };
+    last = Object.assign(r, { output: split.js, names: split.names });
+    return r;
+  };
+  conv.inspect = (_prev, src, pos) => inspect(prevDecl, src, pos);
+  conv.complete = (_prev, src, pos) => complete(prevDecl, src, pos);
+  // NB: compiled cells write `exports.NAME` through globalThis.__tslab__.exports (tslab's proxy);
+  // a proxy in front of it records the names a cell assigned.
+  const slot = (globalThis as { __tslab__?: { exports: object } }).__tslab__;
+  const assigned = new Set<string>();
+  if (slot) {
+    slot.exports = new Proxy(slot.exports, {
+      set(target, p, v) {
+        if (typeof p === "string") assigned.add(p);
+        return Reflect.set(target, p, v);
+      },
+      defineProperty(target, p, attrs) {
+        if (typeof p === "string") assigned.add(p);
+        return Reflect.defineProperty(target, p, attrs);
+      },
+    });
+  }
+  return {
+    async run(execute) {
+      last = null;
+      assigned.clear();
+      const ok = await execute();
+      const c = last as (Converted & { names: string[] }) | null;
+      if (!c || c.diagnostics.length) return ok; // nothing ran
+      const decl = c.declOutput ?? "";
+      if (ok) prevDecl = decl;
+      else {
+        const js = c.output ?? "";
+        const dropped = new Set(
+          c.names.filter((n) => n !== c.lastExpressionVar && !assigned.has(n) && assignsExport(js, n)),
+        );
+        prevDecl = mergeDecls(ts, prevDecl, decl, dropped);
+        debug(`failed cell keeps ${c.names.filter((n) => !dropped.has(n)).join(", ") || "no names"}`);
+      }
+      return ok;
+    },
+  };
+}
+
 function wrapExecutor(mod: ExecutorModule): void {
   const orig = mod.createExecutor;
   mod.createExecutor = (rootDir, convs, _console) => {
@@ -133,13 +216,14 @@ function wrapExecutor(mod: ExecutorModule): void {
       },
     };
     const ex = orig(rootDir, convs, console);
+    const partial = keepPartialCells(convs.node);
     // NB: tslab compiles a name from an earlier cell to `exports.NAME`; code shipping resolves those
     // (and bare top-level names) on this executor's exports object.
     tprpc.rpc.setShippingScope(ex.locals ?? null);
     const execute = ex.execute.bind(ex);
     let prelude: Promise<void> | null = (async () => {
       const saved = cell;
-      const ok = await execute(preludeSource());
+      const ok = await partial.run(() => execute(preludeSource()));
       cell = saved;
       if (!ok) stderrWrite(`tprpc kernel: the prelude failed to import ${sdkEntry()}\n`);
       debug(`prelude ${ok ? "ran" : "FAILED"}`);
@@ -150,7 +234,7 @@ function wrapExecutor(mod: ExecutorModule): void {
         await prelude;
         prelude = null;
       }
-      let ok = await execute(src);
+      let ok = await partial.run(() => execute(src));
       // NB: a promise the cell rejected without awaiting is reported after the microtasks drain.
       await new Promise((r) => setImmediate(r));
       if (cell && (cell.errors.length || cell.diagnostics.length)) ok = false;
@@ -192,6 +276,52 @@ function serializeSends(zmq: Record<string, { prototype: ZmqSocketProto }>): voi
   }
 }
 
+/** The kernel's shell socket (zeromq's `readable`: a message waits to be read). */
+let shellSocket: { readable?: boolean } | null = null;
+
+/** Lets the event loop read the execute requests already waiting on the shell socket (bounded). */
+async function settleShell(): Promise<void> {
+  const deadline = Date.now() + 200;
+  do await new Promise((r) => setImmediate(r));
+  while (shellSocket?.readable && Date.now() < deadline);
+  await new Promise((r) => setImmediate(r));
+}
+
+/**
+ * Rejections nothing awaited that did not come from the running cell. A promise is tagged with the
+ * cell running when it was made (or, between cells, with its parent promise's cell). A rejection from
+ * the running cell fails that cell; one from an earlier cell is shown as stderr on the running cell,
+ * which goes on, or, while no cell runs, on the next cell to run. Why there: a Jupyter front end drops
+ * output addressed to a cell whose request has finished (JupyterLab disposes the request's future), and
+ * ipykernel likewise shows output and tracebacks of background work on the cell running when they come.
+ */
+const CELL_OF = Symbol("tprpc.cellOf");
+type Tagged = { [CELL_OF]?: number };
+/** The execution count of the cell running now; 0 between cells. */
+let runningCell = 0;
+let lastCellCount = 0;
+const lateRejections: { error: unknown; from: number | undefined; after: number }[] = [];
+
+function tagPromises(): void {
+  // NB: one property write per promise made; the tag says which cell a rejection nothing awaited came from.
+  promiseHooks.onInit((promise, parent) => {
+    const tag = runningCell || (parent as Tagged | undefined)?.[CELL_OF];
+    if (tag) (promise as Tagged)[CELL_OF] = tag;
+  });
+}
+
+function lateRejectionText(error: unknown, from: number | undefined, when: string): string {
+  const origin = from ? `from cell [${from}] ` : "";
+  return `A promise ${origin}rejected ${when}, with nothing awaiting it:\n${errorContent(error).traceback.join("\n")}\n\n`;
+}
+
+function showLateRejections(c: CellState): void {
+  for (const { error, from, after } of lateRejections.splice(0)) {
+    const when = after ? `after cell [${after}] ended` : "before any cell ran";
+    c.publish("stream", { name: "stderr", text: lateRejectionText(error, from, when) });
+  }
+}
+
 function wrapServer(mod: JupyterModule): void {
   const proto = mod.ZmqServer.prototype;
   proto.handleExecute = async function (this: ZmqServerProto, sock: unknown, msg: ZmqMsg): Promise<void> {
@@ -211,15 +341,29 @@ function wrapServer(mod: JupyterModule): void {
     };
     const writeStream = (name: string, text: string) => publish("stream", { name, text });
     cells.set(writeStream, state);
+    shellSocket = this.shell;
     const content = await this.handler.handleExecute(msg.content, writeStream, (data, update) =>
       publish(update ? "update_display_data" : "display_data", data),
     );
-    if (content.status === "error") {
+    if (content.status === "aborted") {
+      // NB: message spec 5.1 deprecates the "aborted" status for an error reply (ipykernel 7 does so); no
+      // error output, as the cell did not run.
+      Object.assign(content, {
+        status: "error",
+        ename: "AbortedError",
+        evalue: "not run: an earlier cell failed, and its request asked to stop on error",
+        traceback: [],
+      });
+    } else if (content.status === "error") {
       const err = cellError(state);
       publish("error", err);
       Object.assign(content, err);
     }
-    if (cell === state) cell = null;
+    if (cell === state) {
+      cell = null;
+      runningCell = 0;
+      lastCellCount = this.handler.execCount;
+    }
     const reply = msg.createReply();
     reply.header.msg_type = "execute_reply";
     reply.content = content;
@@ -230,7 +374,28 @@ function wrapServer(mod: JupyterModule): void {
   const impl = hproto.handleExecuteImpl;
   hproto.handleExecuteImpl = function (this: Handler, req, writeStream, writeDisplayData) {
     cell = cells.get(writeStream) ?? null;
+    if (cell) {
+      // NB: tslab's handleExecuteImpl numbers the cell execCount + 1 first thing
+      runningCell = this.execCount + 1;
+      showLateRejections(cell);
+    }
     return impl.call(this, req, writeStream, writeDisplayData);
+  };
+  // tslab's handleExecute (queue, and abort whatever arrives within 200 ms of any error) is replaced.
+  const queue = new ExecQueue(settleShell);
+  hproto.handleExecute = async function (this: Handler, req, writeStream, writeDisplayData) {
+    const out = await queue.add(req as ExecRequestFlags, async () => {
+      try {
+        const c = (await this.handleExecuteImpl(req, writeStream, writeDisplayData)) as { count: number };
+        return { ok: true, executionCount: c.count };
+      } catch (e) {
+        // NB: tslab's handleExecuteImpl throws its ExecutionCount object when the cell failed.
+        const count = (e as { count?: unknown } | null)?.count;
+        if (typeof count !== "number") stderrWrite(`tprpc kernel: unexpected error: ${String(e)}\n`);
+        return { ok: false, executionCount: typeof count === "number" ? count : undefined };
+      }
+    });
+    return { status: out.status, execution_count: "executionCount" in out ? out.executionCount : undefined };
   };
   const close = proto.close;
   proto.close = function (this: ZmqServerProto): void {
@@ -263,13 +428,19 @@ function installProcessHooks(): void {
     }
     debug(`SIGINT: cancelled ${n} pending RPCs`);
   });
-  const failCell = (e: unknown, what: string) => {
-    if (cell) {
+  const failCell = (e: unknown, what: string, from?: number) => {
+    if (cell && (from === undefined || from === runningCell)) {
       cell.errors.unshift(e);
       executor?.interrupt();
-    } else stderrWrite(`tprpc kernel: ${what} outside a cell: ${(e as Error)?.stack ?? String(e)}\n`);
+    } else if (cell) {
+      cell.publish("stream", { name: "stderr", text: lateRejectionText(e, from, `while cell [${runningCell}] ran`) });
+    } else {
+      stderrWrite(`tprpc kernel: ${what} outside a cell: ${(e as Error)?.stack ?? String(e)}\n`);
+      lateRejections.push({ error: e, from, after: lastCellCount });
+    }
   };
-  process.on("unhandledRejection", (e) => failCell(e, "unhandled rejection"));
+  tagPromises();
+  process.on("unhandledRejection", (e, p) => failCell(e, "unhandled rejection", (p as Tagged)[CELL_OF]));
   process.on("uncaughtException", (e) => failCell(e, "uncaught exception"));
   process.on("SIGTERM", () => {
     tprpc.cluster.killAll();

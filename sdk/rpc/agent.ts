@@ -288,7 +288,8 @@ export class Agent implements RRefHost {
     const id = this.calls.newId();
     const kind: CallKind =
       type === MessageType.REMOTE_CALL ? "remote" : type === MessageType.RREF_FETCH ? "fetch" : "call";
-    const prof = profiler.begin(id, kind, target, to);
+    // NB: an RRef proxy's call is recorded under its method's name, not the internal rrefMethodCall
+    const prof = profiler.begin(id, kind, target, to, target === rrefMethodCall ? String(args[1]) : undefined);
     const done = this.calls.open(id, to, timeoutMs, prof);
     const send = (rec: TargetRecord | null) =>
       this.pipeTo(to)

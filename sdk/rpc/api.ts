@@ -27,7 +27,14 @@ import { RRef } from "./rref.js";
 import { parseInitOptions, type RendezvousInitOptions, type WorkerInfo } from "./rendezvous/index.js";
 
 export type { CallOptions, WorkerInfo, WorkerRef, PipeInfo };
-export { profiler, RpcProfiler, type CallRecord, type CallKind } from "./profiler.js";
+export {
+  profiler,
+  RpcProfiler,
+  overlapMs,
+  type CallRecord,
+  type CallKind,
+  type Span as ProfilerSpan,
+} from "./profiler.js";
 export { setShippingScope } from "./shipping/scope.js";
 export { addMessageHook, type MessageHook, type HookedMessageKind } from "./hooks.js";
 // NB: installs the device-map message hook (after agent.js, whose hook list it joins).

@@ -25,7 +25,11 @@ export interface CallRecord {
   /** The call's message id (unique per agent). */
   id: number;
   kind: CallKind;
-  /** A readable name of the target: builtin path, registered name, module ref, or the shipped function's name. */
+  /**
+   * A readable name of the target: builtin path, registered name, module ref, the shipped function's name,
+   * `rref.METHOD` for an RRef proxy's call, or what users call tprpc's internal targets ("backward" for
+   * distributed autograd's propagation to a worker, "optimizer.step", ...).
+   */
   target: string;
   peer: string;
   /** Bytes this call sent (frame, payload and tensors), once sent. */
@@ -48,11 +52,55 @@ export function nowMs(): number {
   return performance.timeOrigin + performance.now();
 }
 
-/** A readable name for a call target. */
-export function targetName(target: unknown): string {
-  if (typeof target === "string") return target;
+/** What the records call tprpc's internal targets (the names users know them by). */
+const INTERNAL_NAMES: Readonly<Record<string, string>> = {
+  __tprpcDistAutogradPropagate: "backward",
+  __tprpcDistAutogradCleanup: "distAutograd cleanup",
+  __tprpcRRefBackward: "rref.backward",
+  __tprpcDistOptimCreate: "DistributedOptimizer",
+  __tprpcDistOptimStep: "optimizer.step",
+  __tprpcDistOptimSetLr: "optimizer.setLr",
+  __tprpcRemoteModuleParams: "RemoteModule.parameters",
+  __tprpcRemoteModuleTo: "RemoteModule.to",
+};
+
+/** A readable name for a call target; `method` names an RRef proxy's method (`rref.rpcSync().forward(x)`). */
+export function targetName(target: unknown, method?: string): string {
+  if (method !== undefined) return `rref.${method}`;
+  if (typeof target === "string") return INTERNAL_NAMES[target] ?? target;
   if (typeof target === "function") return target.name || "(anonymous)";
   return target === null ? "(rref fetch)" : typeof target;
+}
+
+/** A stretch of time on a worker (wall-clock ms), as a timeline draws it. */
+export interface Span {
+  worker: string;
+  name: string;
+  start: number;
+  end: number;
+}
+
+/**
+ * Milliseconds during which some span of `a` and some span of `b` ran at the same time (the length of
+ * the intersection of their unions). For a pipeline, `a` and `b` are two stages' forward spans of one
+ * step: more than 0 means the stages computed at once; a pipeline that runs one micro-batch through
+ * both stages before starting the next gives 0.
+ */
+export function overlapMs(a: readonly Span[], b: readonly Span[]): number {
+  const union = (spans: readonly Span[]) => {
+    const out: [number, number][] = [];
+    for (const s of [...spans].sort((x, y) => x.start - y.start)) {
+      const last = out.at(-1);
+      if (last && s.start <= last[1]) last[1] = Math.max(last[1], s.end);
+      else if (s.end > s.start) out.push([s.start, s.end]);
+    }
+    return out;
+  };
+  const ua = union(a);
+  const ub = union(b);
+  let total = 0;
+  for (const [s1, e1] of ua) for (const [s2, e2] of ub) total += Math.max(0, Math.min(e1, e2) - Math.max(s1, s2));
+  return total;
 }
 
 export class RpcProfiler {
@@ -77,18 +125,23 @@ export class RpcProfiler {
     this.list.length = 0;
   }
 
+  /** overlapMs (above): how long spans of `a` and of `b` ran at once, e.g. two pipeline stages' forwards. */
+  overlapMs(a: readonly Span[], b: readonly Span[]): number {
+    return overlapMs(a, b);
+  }
+
   /** The records so far (copies), oldest first. */
   records(): CallRecord[] {
     return this.list.map((r) => ({ ...r }));
   }
 
   /** @internal the agent starts a record when a call is made (only while enabled). */
-  begin(id: number, kind: CallKind, target: unknown, peer: string): CallRecord | null {
+  begin(id: number, kind: CallKind, target: unknown, peer: string, method?: string): CallRecord | null {
     if (!this.on) return null;
     const r: CallRecord = {
       id,
       kind,
-      target: targetName(target),
+      target: targetName(target, method),
       peer,
       bytesSent: 0,
       bytesReceived: 0,
