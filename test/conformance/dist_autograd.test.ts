@@ -309,7 +309,7 @@ describe("distributed autograd conformance (PyTorch dist_autograd_test.py)", () 
   let graceful = true;
 
   beforeAll(async () => {
-    cluster = await startGroup();
+    cluster = await startGroup({ processes: true });
     installHelpers();
     await Promise.all(WORKERS.map((w) => rpc.rpcSync(w, installHelpers)));
   }, 40_000);

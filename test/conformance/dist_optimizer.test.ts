@@ -144,7 +144,7 @@ describe("DistributedOptimizer conformance (PyTorch dist_optimizer_test.py)", ()
   let cluster: Cluster | undefined;
 
   beforeAll(async () => {
-    cluster = await startGroup();
+    cluster = await startGroup({ processes: true });
     installHelpers();
     await Promise.all([1, 2, 3].map((i) => rpc.rpcSync(`worker${i}`, installHelpers)));
   }, 40_000);
