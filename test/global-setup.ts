@@ -6,13 +6,24 @@
  * and CLI suites run, as `npm run build` does.
  */
 import { execFileSync } from "node:child_process";
+import fs from "node:fs";
 import path from "node:path";
 
 export default function setup(): void {
   const root = path.resolve(import.meta.dirname, "..");
-  for (const project of ["tsconfig.json", "kernel-ext/tsconfig.json"])
-    execFileSync(process.execPath, [path.join(root, "node_modules/typescript/bin/tsc"), "-p", project], {
-      cwd: root,
-      stdio: "inherit",
-    });
+  // NB: incremental: tsc's build info records every input's hash and the options, so a run with no
+  // change re-emits nothing, and a change re-emits what it affects. Each project's build info lives in
+  // its own output folder, so removing that folder (or a clean clone) builds everything.
+  const tsc = path.join(root, "node_modules/typescript/bin/tsc");
+  const projects = [
+    { config: "tsconfig.json", out: "dist", entry: "dist/sdk/index.js" },
+    { config: "kernel-ext/tsconfig.json", out: "kernel-ext/dist", entry: "kernel-ext/dist/kernel.js" },
+  ];
+  for (const p of projects) {
+    const info = `${p.out}/.cache/build.tsbuildinfo`;
+    // NB: the build info does not notice outputs removed behind its back: with the entry gone, start cold
+    if (!fs.existsSync(path.join(root, p.entry))) fs.rmSync(path.join(root, info), { force: true });
+    const incremental = ["--incremental", "--tsBuildInfoFile", info];
+    execFileSync(process.execPath, [tsc, "-p", p.config, ...incremental], { cwd: root, stdio: "inherit" });
+  }
 }

@@ -13,13 +13,19 @@
  * target inside the caller's context); when no async context says anything,
  * the "ambient" context made by `newContext()` applies, so a notebook can open
  * one in a cell and use it in the next.
+ *
+ * Contexts belong to an agent, not to the process: each agent (several live in
+ * one process in the in-process test groups) has its own contexts, counters
+ * and ambient context, looked up by the agent a message belongs to, or else by
+ * the current agent (the one serving the call, else initRpc's).
  */
 import { AsyncLocalStorage } from "node:async_hooks";
 import { AutogradError } from "../errors/index.js";
 import * as raw from "../tensor/raw.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { debug } from "../util/index.js";
-import { currentAgent, getWorkerInfo, onWorkerLeave } from "../rpc/api.js";
+import { currentAgent, getWorkerInfo } from "../rpc/api.js";
+import type { Agent } from "../rpc/agent.js";
 import type { SendNode } from "./functions.js";
 
 /** Ids: worker id × 2^32 + a per-worker counter (safe integers while worker ids stay below 2^21). */
@@ -44,84 +50,104 @@ export class DistAutogradContext {
   }
 }
 
-const contexts = new Map<number, DistAutogradContext>();
-let counter = 0;
-let msgCounter = 0;
-
 /** null: explicitly no context (inside internal RPCs); undefined (no store): fall back to the ambient one. */
 const als = new AsyncLocalStorage<number | null>();
-let ambient: number | null = null;
-
-/** The agents whose membership we watch (one subscription per initRpc). */
-const watched = new WeakSet<object>();
-
-/**
- * A worker that leaves (or dies) can no longer run or release the contexts it
- * started: drop our share of them, so a dead initiator leaves no context here.
- */
-function watchLeaves(): void {
-  const agent = currentAgent();
-  if (!agent || watched.has(agent)) return;
-  watched.add(agent);
-  onWorkerLeave((w) => {
-    for (const id of [...contexts.keys()])
-      if (Math.floor(id / ID_SHIFT) === w.id) {
-        debug(1, "dist_autograd", `worker "${w.name}" left: dropping its context ${id}`);
-        dropContext(id);
-      }
-  });
-}
-
-function workerBits(): number {
-  const id = getWorkerInfo().id;
-  if (!Number.isInteger(id) || id < 0 || id >= 2 ** 21)
-    throw new AutogradError(`distributed autograd needs worker ids in [0, 2^21); this worker's id is ${id}`);
-  return id * ID_SHIFT;
-}
-
-/** A new context on this worker, with a group-unique id. */
-export function createContext(): DistAutogradContext {
-  const ctx = new DistAutogradContext(workerBits() + ++counter);
-  contexts.set(ctx.id, ctx);
-  debug(3, "dist_autograd", `created context ${ctx.id}`);
-  return ctx;
-}
-
-/** A group-unique autograd message id (pairs a send node with its recv nodes). */
-export function newMessageId(): number {
-  return workerBits() + ++msgCounter;
-}
 
 /**
  * Ids released here lately (bounded): a message of a released context that
  * arrives late (a reply still in flight, an un-awaited rpcAsync) must not
  * bring the context back, where nobody would release it again.
  */
-const released = new Set<number>();
 const RELEASED_KEPT = 4096;
 
+/** One agent's distributed autograd state. */
+class AgentContexts {
+  readonly contexts = new Map<number, DistAutogradContext>();
+  readonly released = new Set<number>();
+  counter = 0;
+  msgCounter = 0;
+  ambient: number | null = null;
+
+  constructor(readonly agent: Agent | null) {
+    // NB: a worker that leaves (or dies) can no longer run or release the contexts it started:
+    // drop our share of them, so a dead initiator leaves no context here
+    agent?.membership.onLeave((w) => {
+      for (const id of [...this.contexts.keys()])
+        if (Math.floor(id / ID_SHIFT) === w.id) {
+          debug(1, "dist_autograd", `worker "${w.name}" left: dropping its context ${id}`);
+          this.drop(id);
+        }
+    });
+  }
+
+  workerBits(): number {
+    // NB: without an agent, getWorkerInfo() raises RpcNotInitializedError
+    const id = this.agent ? this.agent.workerInfo().id : getWorkerInfo().id;
+    if (!Number.isInteger(id) || id < 0 || id >= 2 ** 21)
+      throw new AutogradError(`distributed autograd needs worker ids in [0, 2^21); this worker's id is ${id}`);
+    return id * ID_SHIFT;
+  }
+
+  drop(id: number): DistAutogradContext | undefined {
+    const ctx = this.contexts.get(id);
+    this.contexts.delete(id);
+    this.released.add(id);
+    if (this.released.size > RELEASED_KEPT) this.released.delete(this.released.values().next().value!);
+    if (this.ambient === id) this.ambient = null;
+    if (ctx) debug(3, "dist_autograd", `released context ${id}`);
+    return ctx;
+  }
+}
+
+const perAgent = new WeakMap<Agent, AgentContexts>();
+/** Before initRpc (and after shutdown): no contexts; making one raises RpcNotInitializedError. */
+const noAgent = new AgentContexts(null);
+
+/** The state of `agent` (default: the current agent). */
+function stateOf(agent: Agent | null = currentAgent()): AgentContexts {
+  if (!agent) return noAgent;
+  let s = perAgent.get(agent);
+  if (!s) perAgent.set(agent, (s = new AgentContexts(agent)));
+  return s;
+}
+
+/** A new context on this worker, with a group-unique id. */
+export function createContext(): DistAutogradContext {
+  const s = stateOf();
+  const ctx = new DistAutogradContext(s.workerBits() + ++s.counter);
+  s.contexts.set(ctx.id, ctx);
+  debug(3, "dist_autograd", `created context ${ctx.id}`);
+  return ctx;
+}
+
+/** A group-unique autograd message id (pairs a send node with its recv nodes). */
+export function newMessageId(agent?: Agent): number {
+  const s = stateOf(agent);
+  return s.workerBits() + ++s.msgCounter;
+}
+
 /** The context with this id, created when a message of a peer's context arrives first; undefined once released here. */
-export function getOrCreateContext(id: number): DistAutogradContext | undefined {
-  let ctx = contexts.get(id);
-  if (!ctx && released.has(id)) return undefined;
+export function getOrCreateContext(id: number, agent?: Agent): DistAutogradContext | undefined {
+  const s = stateOf(agent);
+  let ctx = s.contexts.get(id);
+  if (!ctx && s.released.has(id)) return undefined;
   if (!ctx) {
-    watchLeaves();
     ctx = new DistAutogradContext(id);
-    contexts.set(id, ctx);
+    s.contexts.set(id, ctx);
     debug(3, "dist_autograd", `joined context ${id}`);
   }
   return ctx;
 }
 
-export function findContext(id: number): DistAutogradContext | undefined {
-  return contexts.get(id);
+export function findContext(id: number, agent?: Agent): DistAutogradContext | undefined {
+  return stateOf(agent).contexts.get(id);
 }
 
 /** The context, or an AutogradError that says what happened to it. */
 export function retrieveContext(id: number): DistAutogradContext {
   if (typeof id !== "number" || !Number.isSafeInteger(id))
     throw new AutogradError(`a distributed autograd context id is an integer, got ${String(id)}`);
-  const ctx = contexts.get(id);
+  const ctx = stateOf().contexts.get(id);
   if (!ctx)
     throw new AutogradError(
       `Could not find autograd context with id ${id} on this worker: it was released (its distAutograd.context() ` +
@@ -132,19 +158,13 @@ export function retrieveContext(id: number): DistAutogradContext {
 
 /** Removes the context here; returns it (or undefined when it was not here). */
 export function dropContext(id: number): DistAutogradContext | undefined {
-  const ctx = contexts.get(id);
-  contexts.delete(id);
-  released.add(id);
-  if (released.size > RELEASED_KEPT) released.delete(released.values().next().value!);
-  if (ambient === id) ambient = null;
-  if (ctx) debug(3, "dist_autograd", `released context ${id}`);
-  return ctx;
+  return stateOf().drop(id);
 }
 
 /** The id of the current context, or null. */
-export function currentContextId(): number | null {
+export function currentContextId(agent?: Agent): number | null {
   const s = als.getStore();
-  return s === undefined ? ambient : s;
+  return s === undefined ? stateOf(agent).ambient : s;
 }
 
 /** Runs fn with `id` as the current context (null: none), across its awaits. */
@@ -154,12 +174,13 @@ export function runInContext<T>(id: number | null, fn: () => T): T {
 
 /** Makes `id` the current context wherever no async context says otherwise (notebook cells). */
 export function setAmbient(id: number | null): void {
-  if (ambient !== null && id !== null && ambient !== id)
-    debug(1, "dist_autograd", `context ${ambient} stays open but is no longer current (newContext made ${id})`);
-  ambient = id;
+  const s = stateOf();
+  if (s.ambient !== null && id !== null && s.ambient !== id)
+    debug(1, "dist_autograd", `context ${s.ambient} stays open but is no longer current (newContext made ${id})`);
+  s.ambient = id;
 }
 
 /** How many contexts live on this worker. */
 export function contextCount(): number {
-  return contexts.size;
+  return stateOf().contexts.size;
 }

@@ -21,6 +21,7 @@ import { isGradEnabled } from "../autograd/grad_mode.js";
 import { gradEdge } from "../autograd/node.js";
 import { detach } from "../autograd/ops/views.js";
 import { addMessageHook, getWorkerInfo } from "../rpc/api.js";
+import type { Agent } from "../rpc/agent.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { debug } from "../util/index.js";
 import { currentContextId, findContext, getOrCreateContext, newMessageId, runInContext } from "./context.js";
@@ -57,13 +58,20 @@ export function parseMeta(meta: unknown): Meta | null {
   return { c: m.c, m: m.m, g: m.g, n: m.n };
 }
 
-function outgoing(msg: { to: string; kind: "request" | "response"; values: unknown; requestMeta?: unknown }) {
+function outgoing(msg: {
+  agent?: Agent;
+  to: string;
+  kind: "request" | "response";
+  values: unknown;
+  requestMeta?: unknown;
+}) {
+  const agent = msg.agent;
   let ctxId: number | null;
-  if (msg.kind === "request") ctxId = currentContextId();
+  if (msg.kind === "request") ctxId = currentContextId(agent);
   else ctxId = parseMeta(msg.requestMeta)?.c ?? null;
   if (ctxId === null) return undefined;
   // NB: a message whose context was released (async work outliving its context() callback) goes unrecorded
-  const ctx = msg.kind === "request" ? findContext(ctxId) : getOrCreateContext(ctxId);
+  const ctx = msg.kind === "request" ? findContext(ctxId, agent) : getOrCreateContext(ctxId, agent);
   if (!ctx) {
     debug(1, "dist_autograd", `a message to ${msg.to} went after its context ${ctxId} was released: not recorded`);
     return undefined;
@@ -74,7 +82,7 @@ function outgoing(msg: { to: string; kind: "request" | "response"; values: unkno
   if (isGradEnabled()) all.forEach((t, i) => t.requiresGrad && wanted.push(i));
   if (wanted.length === 0) return msg.kind === "request" ? { values: msg.values, meta: { c: ctxId } } : undefined;
   const inputs = wanted.map((i) => all[i]!);
-  const msgId = newMessageId();
+  const msgId = newMessageId(agent);
   ctx.sends.set(msgId, new SendNode(inputs.map(gradEdge), inputs, ctxId, msgId, msg.to));
   const grads = new Set<Tensor>(inputs);
   const values = mapTensors(msg.values, (t) => (grads.has(t) ? detach(t) : t));
@@ -82,10 +90,16 @@ function outgoing(msg: { to: string; kind: "request" | "response"; values: unkno
   return { values, meta: { c: ctxId, m: msgId, g: wanted, n: all.length } satisfies Meta };
 }
 
-function incoming(msg: { from: string; kind: "request" | "response"; values: unknown; meta: unknown }): unknown {
+function incoming(msg: {
+  agent?: Agent;
+  from: string;
+  kind: "request" | "response";
+  values: unknown;
+  meta: unknown;
+}): unknown {
   const m = parseMeta(msg.meta);
   if (!m) return msg.values;
-  const ctx = msg.kind === "request" ? getOrCreateContext(m.c) : findContext(m.c);
+  const ctx = msg.kind === "request" ? getOrCreateContext(m.c, msg.agent) : findContext(m.c, msg.agent);
   if (!ctx) {
     debug(1, "dist_autograd", `a message from ${msg.from} arrived after its context ${m.c} was released: not recorded`);
     return msg.values;

@@ -279,7 +279,7 @@ export class Agent implements RRefHost {
         throw new ValueError(
           `the arguments of a call are an array (args = [x, y]), got ${args === null ? "null" : typeof args}`,
         );
-      out = hookOutgoing(to, "request", args);
+      out = hookOutgoing(this, to, "request", args);
       // NB: code that came here shipped is described in the scope it was compiled with (its helpers)
       if (target !== null) record = this.describe(target, shippedScopeOf(target) ?? currentShippingScope());
     } catch (e) {
@@ -431,7 +431,7 @@ export class Agent implements RRefHost {
     if (m.type === MessageType.RESPONSE) {
       let value: unknown;
       try {
-        value = hookIncoming(from, "response", body.value, body.ext);
+        value = hookIncoming(this, from, "response", body.value, body.ext);
       } catch (e) {
         this.calls.settle(m.id, e as Error);
         return;

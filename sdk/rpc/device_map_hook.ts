@@ -29,6 +29,7 @@ import { noGrad } from "../autograd/grad_mode.js";
 import type { Device } from "../tensor/device.js";
 import { Tensor } from "../tensor/tensor.js";
 import { addMessageHook, type HookedMessageKind, type MessageHook } from "./hooks.js";
+import type { Agent } from "./agent.js";
 import { currentAgent } from "./process.js";
 import { DeviceMap, targetDevice } from "./device_map.js";
 
@@ -114,13 +115,13 @@ function place(t: Tensor, device: Device, self: string, from: string, source: De
   }
 }
 
-/** The hook, reading this worker's name and maps from `self()` (null before initRpc). */
-export function makeDeviceMapHook(self: () => DeviceMapSelf | null): MessageHook {
+/** The hook, reading the worker's name and maps from `self(agent)`: the message's agent (null before initRpc). */
+export function makeDeviceMapHook(self: (agent: Agent | undefined) => DeviceMapSelf | null): MessageHook {
   return {
     key: DEVICE_MAP_HOOK_KEY,
 
-    outgoing({ to, kind, values, requestMeta }) {
-      const me = self();
+    outgoing({ agent, to, kind, values, requestMeta }) {
+      const me = self(agent);
       const map = mapFor(me, kind, to, requestMeta);
       mapTensors(values, (t) => {
         targetDevice(kind, me?.name ?? "this worker", to, map, t.device);
@@ -131,10 +132,10 @@ export function makeDeviceMapHook(self: () => DeviceMapSelf | null): MessageHook
       return { values, meta };
     },
 
-    incoming({ from, values, meta }) {
+    incoming({ agent, from, values, meta }) {
       const pairs = (meta as Meta | undefined)?.map;
       if (!pairs) return values;
-      const name = self()?.name ?? "this worker";
+      const name = self(agent)?.name ?? "this worker";
       const map = DeviceMap.fromPairs(pairs, `the device map from "${from}"`);
       return mapTensors(values, (t) => {
         const target = map.get(t.device);
@@ -145,8 +146,8 @@ export function makeDeviceMapHook(self: () => DeviceMapSelf | null): MessageHook
 }
 
 addMessageHook(
-  makeDeviceMapHook(() => {
-    const a = currentAgent();
+  makeDeviceMapHook((agent) => {
+    const a = agent ?? currentAgent();
     return a ? { name: a.name, deviceMaps: a.config.deviceMaps } : null;
   }),
 );

@@ -1,8 +1,10 @@
 /**
  * Message hooks: how layers above rpc (distributed autograd, device maps)
  * take part in every call and reply. Hooks are per process: every agent of
- * the process runs them, in the order they were added.
+ * the process runs them, in the order they were added. Each message names
+ * the agent it belongs to, so a hook that keeps state keeps it per agent.
  */
+import type { Agent } from "./agent.js";
 
 /** Which message a hook sees: a call's arguments, or the value in its reply. */
 export type HookedMessageKind = "request" | "response";
@@ -21,13 +23,15 @@ export type HookedMessageKind = "request" | "response";
 export interface MessageHook {
   readonly key: string;
   outgoing?(msg: {
+    /** The agent sending it (set for every message an agent hooks; absent when a test drives a hook itself). */
+    agent?: Agent;
     to: string;
     kind: HookedMessageKind;
     values: unknown;
     /** For a reply: the metadata this hook attached to the request. */
     requestMeta?: unknown;
   }): { values: unknown; meta?: unknown } | undefined;
-  incoming?(msg: { from: string; kind: HookedMessageKind; values: unknown; meta: unknown }): unknown;
+  incoming?(msg: { agent?: Agent; from: string; kind: HookedMessageKind; values: unknown; meta: unknown }): unknown;
   around?<T>(meta: unknown, from: string, run: () => Promise<T>): Promise<T>;
 }
 
@@ -42,6 +46,7 @@ export function addMessageHook(hook: MessageHook): void {
 
 /** Runs the outgoing hooks over `values`; returns the values to send and the ext record (undefined when empty). */
 export function hookOutgoing(
+  agent: Agent,
   to: string,
   kind: HookedMessageKind,
   values: unknown,
@@ -50,7 +55,7 @@ export function hookOutgoing(
   let ext: Record<string, unknown> | undefined;
   for (const h of messageHooks) {
     if (!h.outgoing) continue;
-    const r = h.outgoing({ to, kind, values, requestMeta: requestExt?.[h.key] });
+    const r = h.outgoing({ agent, to, kind, values, requestMeta: requestExt?.[h.key] });
     if (!r) continue;
     values = r.values;
     if (r.meta !== undefined) (ext ??= {})[h.key] = r.meta;
@@ -59,12 +64,13 @@ export function hookOutgoing(
 }
 
 export function hookIncoming(
+  agent: Agent,
   from: string,
   kind: HookedMessageKind,
   values: unknown,
   ext: Record<string, unknown> | undefined,
 ): unknown {
-  for (const h of messageHooks) if (h.incoming) values = h.incoming({ from, kind, values, meta: ext?.[h.key] });
+  for (const h of messageHooks) if (h.incoming) values = h.incoming({ agent, from, kind, values, meta: ext?.[h.key] });
   return values;
 }
 

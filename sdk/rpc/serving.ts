@@ -113,7 +113,7 @@ export class CallServer {
         this.agent.rrefs.own(body.rrefId!, made, body.fork!, body.from);
         await made.catch(() => undefined);
       }
-      const out = hookOutgoing(body.from, "response", value, body.ext);
+      const out = hookOutgoing(this.agent, body.from, "response", value, body.ext);
       await to.send(MessageType.RESPONSE, m.id, {
         value: out.values,
         ...(out.ext ? { ext: out.ext } : {}),
@@ -137,7 +137,7 @@ export class CallServer {
       peer: req.from,
       workerName: a.name,
     });
-    const args = hookIncoming(req.from, "request", req.args, req.ext) as unknown[];
+    const args = hookIncoming(a, req.from, "request", req.args, req.ext) as unknown[];
     try {
       return await hookAround(req.ext, req.from, async () =>
         isClass(fn) ? new fn(...args) : await (fn as (...a: unknown[]) => unknown)(...args),

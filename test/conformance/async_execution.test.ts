@@ -10,7 +10,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RemoteError, type Tensor, ones, rpc } from "../../sdk/index.js";
-import { type Cluster, startGroup, stopGroup, within } from "./group.js";
+import { type Group, startGroup, stopGroup, within } from "./group.js";
 
 // NB: shipped functions run on the callee against the SDK namespace, named `tprpc` there.
 declare const tprpc: typeof import("../../sdk/index.js");
@@ -94,7 +94,7 @@ class AsyncExecutionClass {
 const full = (n: number, v: number) => Array.from({ length: n }, () => Array.from({ length: n }, () => v));
 
 describe("async execution", () => {
-  let cluster: Cluster | undefined;
+  let cluster: Group | undefined;
   beforeAll(async () => {
     cluster = await startGroup();
     // shipped functions name asyncAdd; it travels with them from here

@@ -26,7 +26,7 @@ import {
 } from "../../sdk/index.js";
 import { freePort } from "../../sdk/rpc/launcher.js";
 import { HostBackedDevices } from "../tensor/device_double.js";
-import { type Cluster, startGroup, stopGroup, within } from "./group.js";
+import { type Cluster, type Group, startGroup, stopGroup, within } from "./group.js";
 
 // NB: shipped functions run on the callee against the SDK namespace, named `tprpc` there.
 declare const tprpc: typeof import("../../sdk/index.js");
@@ -144,8 +144,13 @@ describe("device-map options refused at initRpc", () => {
 describe("a device map to a worker without that device", () => {
   it("is refused at initRpc, naming the target device (test_device_maps_invalid_max_remote_device)", async () => {
     await withDevices(1, async () => {
-      // worker1 has no CUDA device: cuda:0 there does not exist
-      const started = await startGroup({ workers: 1, init: { deviceMaps: { worker1: { 0: 0 } } } }).then(
+      // worker1 has no CUDA device: cuda:0 there does not exist. NB: a worker process, since the CUDA
+      // double is per process (an agent in this process would see the master's device)
+      const started = await startGroup({
+        workers: 1,
+        processes: true,
+        init: { deviceMaps: { worker1: { 0: 0 } } },
+      }).then(
         (c) => c,
         (e: unknown) => e,
       );
@@ -161,7 +166,7 @@ describe("a device map to a worker without that device", () => {
 });
 
 describe("device maps in a group", () => {
-  let cluster: Cluster | undefined;
+  let cluster: Group | undefined;
   beforeAll(async () => {
     cluster = await startGroup({ workers: 2, init: { deviceMaps: { worker1: { cpu: "cpu" } } } });
   }, 40_000);

@@ -40,7 +40,7 @@ import {
 } from "../../sdk/index.js";
 import { findContext } from "../../sdk/dist_autograd/context.js";
 import { expectClose } from "../helpers.js";
-import { type Cluster, startGroup, stopGroup, within, failureOf } from "./group.js";
+import { type Cluster, type Group, startGroup, stopGroup, within, failureOf } from "./group.js";
 
 // NB: a plain const, not the import binding: shipped sources name `tprpc`, which the callee binds to its SDK.
 const tprpc = sdk;
@@ -57,19 +57,23 @@ const nodeOf = (t: Tensor) => t.gradFn as unknown as GraphNode | null;
 /** PyTorch's module-level helpers of dist_autograd_test.py, registered by name where this runs. */
 function installHelpers(): string {
   const T = tprpc;
-  const state = ((globalThis as Record<string, unknown>).__conformanceDist ??= {
-    simulateError: true,
-    requiresGradTensor: T.ones([3, 3], { requiresGrad: true }),
-    seen: new Map<number, unknown[]>(),
-    rpcDone: [false, false, false, false],
-    ctxIds: [-1, -1, -1, -1],
-  }) as {
+  type State = {
     simulateError: boolean;
     requiresGradTensor: Tensor;
     seen: Map<number, unknown[]>;
     rpcDone: boolean[];
     ctxIds: number[];
   };
+  // NB: one state per worker, by name: the workers may be agents of one process, which share globalThis
+  const states = ((globalThis as Record<string, unknown>).__conformanceDist ??= {}) as Record<string, State>;
+  const state = (): State =>
+    (states[T.rpc.getWorkerInfo().name] ??= {
+      simulateError: true,
+      requiresGradTensor: T.ones([3, 3], { requiresGrad: true }),
+      seen: new Map<number, unknown[]>(),
+      rpcDone: [false, false, false, false],
+      ctxIds: [-1, -1, -1, -1],
+    });
   const workerName = (rank: number) => (rank === 0 ? "master" : `worker${rank}`);
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
   type Node = { name: string; next: readonly (Node | null)[] };
@@ -78,13 +82,13 @@ function installHelpers(): string {
   const see = (what: unknown) => {
     const id = T.distAutograd.currentContext();
     if (id === null) return;
-    if (!state.seen.has(id)) state.seen.set(id, []);
-    state.seen.get(id)!.push(what);
+    if (!state().seen.has(id)) state().seen.set(id, []);
+    state().seen.get(id)!.push(what);
   };
   const multiDot = (ts: Tensor[]) => ts.slice(1).reduce((acc, t) => acc.matmul(t), ts[0]!);
   const simulateBackwardError = (t: Tensor) =>
     T.autograd.recordOp("SimulateBackwardError", t.detach(), [t], (g: Tensor) => {
-      if (state.simulateError) throw new Error("Simulate error on backward pass");
+      if (state().simulateError) throw new Error("Simulate error on backward pass");
       return [g];
     });
 
@@ -105,7 +109,7 @@ function installHelpers(): string {
     createTensor: () => T.ones([3, 3], { requiresGrad: true }),
     myRRefAdd: (rrefT1: R<Tensor>, t2: Tensor) => T.add(rrefT1.localValue(), t2),
     myNestedRRefAdd: (dst: string, rrefT1: R<Tensor>, t2: Tensor) => T.rpc.rpcSync(dst, "myRRefAdd", [rrefT1, t2]),
-    retRequiresGrad: () => state.requiresGradTensor,
+    retRequiresGrad: () => state().requiresGradTensor,
     myPyNestedCall: async (t1: Tensor, t2: Tensor, dst: number, worldSize: number, hops: number) => {
       const next = (dst + 1) % worldSize;
       const ret =
@@ -118,7 +122,7 @@ function installHelpers(): string {
     multiDot,
     simulateBackwardError,
     setSimulateError: (on: boolean) => {
-      state.simulateError = on;
+      state().simulateError = on;
       return null;
     },
     complexPythonUdf: (t1: Tensor, t2: Tensor) => {
@@ -163,25 +167,25 @@ function installHelpers(): string {
         return false;
       }
     },
-    seenIn: (ctxId: number) => state.seen.get(ctxId) ?? [],
+    seenIn: (ctxId: number) => state().seen.get(ctxId) ?? [],
     /** This process's gradients in the context for the tensor retRequiresGrad returns: [count, values]. */
     returnedGrad: (ctxId: number) => {
       const g = T.distAutograd.getGradients(ctxId);
-      return [g.size, g.get(state.requiresGradTensor)?.toArray() ?? null];
+      return [g.size, g.get(state().requiresGradTensor)?.toArray() ?? null];
     },
     contextCount: () => T.distAutograd.contextCount(),
     setRpcDone: (ctxId: number, rankDistance: number) => {
-      state.rpcDone[rankDistance] = true;
-      state.ctxIds[rankDistance] = ctxId;
+      state().rpcDone[rankDistance] = true;
+      state().ctxIds[rankDistance] = ctxId;
       return null;
     },
-    isRpcDone: (rankDistance: number) => state.rpcDone[rankDistance],
+    isRpcDone: (rankDistance: number) => state().rpcDone[rankDistance],
     resetRpcDone: () => {
-      state.rpcDone = [false, false, false, false];
-      state.ctxIds = [-1, -1, -1, -1];
+      state().rpcDone = [false, false, false, false];
+      state().ctxIds = [-1, -1, -1, -1];
       return null;
     },
-    ctxIdOf: (rankDistance: number) => state.ctxIds[rankDistance],
+    ctxIdOf: (rankDistance: number) => state().ctxIds[rankDistance],
     /** _run_trainer: forward and backward through the parameter server, held open until it has checked. */
     runTrainer: (rrefT1: R<Tensor>, t2: Tensor, ps: string, rankDiff: number) =>
       T.distAutograd.context(async (ctxId) => {
@@ -305,15 +309,14 @@ async function cleanedUpEverywhere(ctxId: number, on: readonly string[] = WORKER
 }
 
 describe("distributed autograd conformance (PyTorch dist_autograd_test.py)", () => {
-  let cluster: Cluster | undefined;
-  let graceful = true;
+  let cluster: Group | undefined;
 
   beforeAll(async () => {
     cluster = await startGroup();
     installHelpers();
     await Promise.all(WORKERS.map((w) => rpc.rpcSync(w, installHelpers)));
   }, 40_000);
-  afterAll(() => stopGroup(cluster, graceful), 30_000);
+  afterAll(() => stopGroup(cluster), 30_000);
 
   it("test_autograd_context: ids carry the worker id in their high bits and are unknown once released", async () => {
     const ids: number[] = [];
@@ -933,14 +936,23 @@ describe("distributed autograd conformance (PyTorch dist_autograd_test.py)", () 
       expect(await rpc.rpcSync("worker1", "compareOwnerValue", [id, rref, t3.grad!])).toBe(true);
     });
   });
+});
 
-  // NB: the last two kill workers; afterAll then stops the group without waiting for them
+// NB: these kill workers, so they need worker processes (a group of their own, stopped without waiting)
+describe("distributed autograd conformance, failures (PyTorch dist_autograd_test.py)", () => {
+  let cluster: Cluster | undefined;
+  beforeAll(async () => {
+    cluster = await startGroup({ processes: true });
+    installHelpers();
+    await Promise.all(WORKERS.map((w) => rpc.rpcSync(w, installHelpers)));
+  }, 40_000);
+  afterAll(() => stopGroup(cluster, false), 30_000);
+
   it("test_backward_node_failure_python_udf: backward rejects when a worker of the nested chain died", async () => {
     await distAutograd.context(async (id) => {
       const t1 = rand([3, 3], true);
       const t2 = rand([3, 3], true);
       const res = await rpc.rpcSync<Tensor>("worker1", "myPyNestedCall", [t1, t2, 1, 4, 1]);
-      graceful = false;
       await killAndAwaitFailure("worker2");
       const err = await failureOf(() => within(distAutograd.backward(id, [res.sum()]), 20_000, "backward"));
       expect(err).toBeInstanceOf(WorkerUnavailableError);
@@ -952,7 +964,6 @@ describe("distributed autograd conformance (PyTorch dist_autograd_test.py)", () 
       const t1 = rand([3, 3], true);
       const t2 = rand([3, 3], true);
       const res = await rpc.rpcSync<Tensor>("worker1", tprpc.add, [t1, t2]);
-      graceful = false;
       await killAndAwaitFailure("worker1");
       await killAndAwaitFailure("worker3");
       const err = await failureOf(() => within(distAutograd.backward(id, [res.sum()]), 20_000, "backward"));

@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as sdk from "../../sdk/index.js";
 import { DistributedOptimizer, type Tensor, distAutograd, rpc } from "../../sdk/index.js";
 import { expectClose } from "../helpers.js";
-import { type Cluster, startGroup, stopGroup, within } from "./group.js";
+import { type Group, startGroup, stopGroup, within } from "./group.js";
 
 // NB: a plain const, not the import binding: shipped sources name `tprpc`, which the callee binds to its SDK.
 const tprpc = sdk;
@@ -141,7 +141,7 @@ function remoteModules(): { modules: rpc.RRef<MyModuleLike>[]; params: rpc.RRef<
 }
 
 describe("DistributedOptimizer conformance (PyTorch dist_optimizer_test.py)", () => {
-  let cluster: Cluster | undefined;
+  let cluster: Group | undefined;
 
   beforeAll(async () => {
     cluster = await startGroup();

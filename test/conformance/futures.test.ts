@@ -11,7 +11,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RemoteError, RpcTimeoutError, type Tensor, add, ones, rpc } from "../../sdk/index.js";
-import { type Cluster, startGroup, stopGroup, within, attempt } from "./group.js";
+import { type Group, startGroup, stopGroup, within, attempt } from "./group.js";
 
 // NB: shipped functions run on the callee against the SDK namespace, named `tprpc` there.
 declare const tprpc: typeof import("../../sdk/index.js");
@@ -33,7 +33,7 @@ async function rejection(p: Promise<unknown>): Promise<Error> {
 const isValueError = (e: Error) => e instanceof RemoteError && e.remoteName === "ValueError";
 
 describe("futures", () => {
-  let cluster: Cluster | undefined;
+  let cluster: Group | undefined;
   beforeAll(async () => {
     cluster = await startGroup();
   }, 40_000);

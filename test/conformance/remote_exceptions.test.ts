@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RemoteError, type Tensor, add, ones, rpc, tensor } from "../../sdk/index.js";
-import { type Cluster, startGroup, stopGroup, within } from "./group.js";
+import { type Group, startGroup, stopGroup, within } from "./group.js";
 
 // NB: shipped functions run on the callee against the SDK namespace, named `tprpc` there.
 declare const tprpc: typeof import("../../sdk/index.js");
@@ -40,7 +40,7 @@ async function rejection(p: Promise<unknown>): Promise<RemoteError> {
 }
 
 describe("remote exceptions", () => {
-  let cluster: Cluster | undefined;
+  let cluster: Group | undefined;
   beforeAll(async () => {
     cluster = await startGroup();
   }, 40_000);
@@ -159,7 +159,9 @@ describe("remote exceptions", () => {
 
   it("fails a function the caller has and the callee does not, naming it; the callee keeps serving (test_function_not_on_callee)", async () => {
     const fooAdd = (a: number, b: number) => a + b;
-    rpc.register("conformance.fooAdd", fooAdd); // here only, not on worker1
+    // NB: here only, not on worker1: rpc.register would reach every agent of this process (worker1
+    // included, in the in-process group), so the name goes into the master's own registry
+    rpc.currentAgent()!.registry.register("conformance.fooAdd", fooAdd);
     const e = await rejection(rpc.rpcSync("worker1", fooAdd, [1, 2]));
     expect(e.workerName).toBe("worker1");
     expect(e.message).toMatch(/conformance\.fooAdd/);

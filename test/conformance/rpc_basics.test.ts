@@ -10,7 +10,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DTYPES, type Tensor, add, arange, ones, rpc, tensor } from "../../sdk/index.js";
-import { type Cluster, startGroup, stopGroup, within } from "./group.js";
+import { type Group, startGroup, stopGroup, within } from "./group.js";
 
 // NB: shipped functions run on the callee against the SDK namespace, named `tprpc` there.
 declare const tprpc: typeof import("../../sdk/index.js");
@@ -75,7 +75,7 @@ function plain(v: unknown): unknown {
 const twos = (n: number) => Array.from({ length: n }, () => Array.from({ length: n }, () => 2));
 
 describe("rpc basics", () => {
-  let cluster: Cluster | undefined;
+  let cluster: Group | undefined;
   beforeAll(async () => {
     cluster = await startGroup();
     // helpers shipped functions name travel by source from here (a notebook's scope, in a test file)

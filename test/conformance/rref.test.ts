@@ -21,7 +21,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as sdk from "../../sdk/index.js";
 import { RemoteError, RpcError, RpcTimeoutError, type Tensor, distAutograd, ones, rpc } from "../../sdk/index.js";
 import { expectClose } from "../helpers.js";
-import { type Cluster, startGroup, stopGroup, within, failureOf } from "./group.js";
+import { type Group, startGroup, stopGroup, within, failureOf } from "./group.js";
 
 // NB: a plain const, not the import binding: shipped sources name `tprpc`, which the callee binds to its SDK.
 const tprpc = sdk;
@@ -111,7 +111,7 @@ const backwardOf =
     (r as unknown as BackwardRRef).backward(...a);
 
 describe("RRef conformance (PyTorch rpc_test.py)", () => {
-  let cluster: Cluster | undefined;
+  let cluster: Group | undefined;
   const x = () => ones([2, 2]);
 
   beforeAll(async () => {

@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as sdk from "../../sdk/index.js";
 import { RemoteError, RpcTimeoutError, type Tensor, ones, rpc } from "../../sdk/index.js";
 import { expectClose } from "../helpers.js";
-import { type Cluster, startGroup, stopGroup, within, failureOf } from "./group.js";
+import { type Group, startGroup, stopGroup, within, failureOf } from "./group.js";
 
 // NB: a plain const, not the import binding: shipped sources name `tprpc`, which the callee binds to its SDK.
 const tprpc = sdk;
@@ -174,7 +174,7 @@ function installHelpers(): string {
 }
 
 describe("RRef proxies conformance (PyTorch rpc_test.py)", () => {
-  let cluster: Cluster | undefined;
+  let cluster: Group | undefined;
 
   beforeAll(async () => {
     cluster = await startGroup();

@@ -105,7 +105,7 @@ describe("shutdown in a world of one", () => {
 describe("graceful shutdown of a group of four", () => {
   let cluster: Cluster | undefined;
   beforeAll(async () => {
-    cluster = await startGroup();
+    cluster = await startGroup({ processes: true });
   }, 40_000);
   afterAll(() => stopGroup(cluster), 20_000);
 
@@ -148,7 +148,7 @@ describe("a second group after shutdown", () => {
   afterAll(() => stopGroup(cluster), 20_000);
 
   it("initRpc again in the same process joins a new group, and calls work (test_init_rpc_twice)", async () => {
-    cluster = await startGroup();
+    cluster = await startGroup({ processes: true });
     const ret = await rpc.rpcSync<Tensor>("worker1", add, [ones([2, 2]), 1]);
     expect(ret.tolist()).toEqual([
       [2, 2],
@@ -202,7 +202,7 @@ describe("a second group after shutdown", () => {
 describe("shutdown after a worker died", () => {
   let cluster: Cluster | undefined;
   beforeAll(async () => {
-    cluster = await startGroup({ workers: 2 });
+    cluster = await startGroup({ workers: 2, processes: true });
   }, 40_000);
   afterAll(() => stopGroup(cluster, false), 20_000);
 

@@ -1,13 +1,13 @@
 /** The harness itself: a group of 3 workers meets, and every worker answers. */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rpc } from "../../sdk/index.js";
-import { type Cluster, startGroup, stopGroup } from "./group.js";
+import { type Group, startGroup, stopGroup } from "./group.js";
 
 // NB: shipped functions run on the callee against the SDK namespace, named `tprpc` there.
 declare const tprpc: typeof import("../../sdk/index.js");
 
 describe("conformance harness", () => {
-  let cluster: Cluster | undefined;
+  let cluster: Group | undefined;
   beforeAll(async () => {
     cluster = await startGroup();
   }, 40_000);

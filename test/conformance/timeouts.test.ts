@@ -10,7 +10,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RpcNotInitializedError, RpcTimeoutError, ValueError, rpc } from "../../sdk/index.js";
 import { freePort } from "../../sdk/rpc/launcher.js";
-import { type Cluster, startGroup, stopGroup, within, attempt } from "./group.js";
+import { type Group, startGroup, stopGroup, within, attempt } from "./group.js";
 
 /** The group's default timeout (initRpc's rpcTimeoutMs). */
 const DEFAULT_MS = 1_000;
@@ -57,7 +57,7 @@ describe("rpcTimeoutMs validation at initRpc (test_tensorpipe_options_throw_on_t
 });
 
 describe("timeouts", () => {
-  let cluster: Cluster | undefined;
+  let cluster: Group | undefined;
   beforeAll(async () => {
     cluster = await startGroup({ workers: 1, init: { rpcTimeoutMs: DEFAULT_MS } });
   }, 40_000);

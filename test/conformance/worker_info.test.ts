@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RpcError, RpcNotInitializedError, type Tensor, ValueError, add, ones, rpc, tensor } from "../../sdk/index.js";
 import { freePort } from "../../sdk/rpc/launcher.js";
 import { startWorker } from "../e2e/workers.js";
-import { type Cluster, startGroup, stopGroup, within, attempt } from "./group.js";
+import { type Group, startGroup, stopGroup, within, attempt } from "./group.js";
 
 // NB: shipped functions run on the callee against the SDK namespace, named `tprpc` there.
 declare const tprpc: typeof import("../../sdk/index.js");
@@ -92,7 +92,7 @@ describe("a world of one (test_world_size_one)", () => {
 });
 
 describe("worker info in a group of four", () => {
-  let cluster: Cluster | undefined;
+  let cluster: Group | undefined;
   beforeAll(async () => {
     cluster = await startGroup();
   }, 40_000);

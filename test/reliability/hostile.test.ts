@@ -161,7 +161,7 @@ describe("hostile connections to a worker's port and the store's port", () => {
   };
 
   beforeAll(async () => {
-    cluster = await startGroup({ workers: 2 });
+    cluster = await startGroup({ workers: 2, processes: true });
     workerPort = rpc.getWorkerInfo("worker1").port;
     storePort = parseTcpUrl(cluster.initMethod).port;
     store = await StoreClient.connect({ host: "127.0.0.1", port: storePort, secret: SECRET, timeoutMs: 10_000 });

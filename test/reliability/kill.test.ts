@@ -38,7 +38,7 @@ describe("kill -9 of a worker with calls pending", () => {
   }, 30_000);
 
   it("rejects every pending call with WorkerUnavailableError within 2 s; the others go on", async () => {
-    cluster = await startGroup();
+    cluster = await startGroup({ processes: true });
     const victim = cluster.workers.find((w) => w.name === "worker1")!;
     await Promise.all(["worker1", "worker2", "worker3"].map((w) => rpc.rpcSync(w, () => 0)));
 
@@ -156,7 +156,7 @@ describe("kill -9 of a worker during graceful shutdown", () => {
   }, 30_000);
 
   it("the master's rpc.shutdown() still ends within 5 s, and the survivors exit", async () => {
-    cluster = await startGroup();
+    cluster = await startGroup({ processes: true });
     const victim = cluster.workers.find((w) => w.name === "worker1")!;
     const survivors = cluster.workers.filter((w) => w !== victim);
     // a graceful shutdown waits for this call first: the kill lands while the master is inside it

@@ -42,7 +42,7 @@ const check = (id: number, x: Tensor): [number, number, Tensor] => {
 describe(`load: ${CALLERS} callers × ${CALLS} calls over 3 workers${FULL ? " (full)" : ""}`, () => {
   let cluster: Cluster | undefined;
   beforeAll(async () => {
-    cluster = await startGroup();
+    cluster = await startGroup({ processes: true });
   }, 60_000);
   afterAll(() => stopGroup(cluster), 30_000);
 

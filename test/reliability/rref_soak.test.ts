@@ -38,7 +38,7 @@ async function makeAndDrop(n: number): Promise<void> {
 describe(`RRef soak: ${RREFS} RRefs made and dropped by the master`, () => {
   let cluster: Cluster | undefined;
   beforeAll(async () => {
-    cluster = await startGroup({ workers: 1 });
+    cluster = await startGroup({ workers: 1, processes: true });
   }, 60_000);
   afterAll(() => stopGroup(cluster), 30_000);
 

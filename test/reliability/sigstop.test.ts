@@ -28,7 +28,7 @@ describe("a stopped worker (SIGSTOP)", () => {
   let cluster: Cluster | undefined;
   let stoppedPid = 0;
   beforeAll(async () => {
-    cluster = await startGroup();
+    cluster = await startGroup({ processes: true });
   }, 60_000);
   afterAll(async () => {
     if (stoppedPid) {

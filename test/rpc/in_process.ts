@@ -3,9 +3,10 @@
  * several agents in this one process, each a full member (its own listener,
  * pipes over loopback TCP, rank 0 hosting the store). Shipped code runs with
  * the agent that serves it current (sdk/rpc/process.ts), so `tprpc.rpc.*`
- * inside it acts as that worker. What stays process-wide (distributed
- * autograd contexts, message hooks, rpc.register) is shared by the agents, so
- * suites about those still use worker processes.
+ * inside it acts as that worker. What stays process-wide is shared by the
+ * agents: rpc.register (every agent serves the name), the message hooks
+ * (installed once; distributed autograd keeps its contexts per agent), the
+ * rpc.profiler, the device backends and globalThis.
  */
 import * as sdk from "../../sdk/index.js";
 import { Agent } from "../../sdk/rpc/agent.js";

@@ -5,12 +5,9 @@
  * agreement, timeouts on time and naming who is missing, barrier reuse over
  * several rounds, and dynamic joins and leaves seen by the others.
  */
-import { execFile, spawn } from "node:child_process";
-import fs from "node:fs";
-import os from "node:os";
+import { spawn } from "node:child_process";
 import path from "node:path";
-import { promisify } from "node:util";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { AuthenticationError, RpcTimeoutError, ValueError } from "../../sdk/errors/index.js";
 import {
   barrier,
@@ -195,24 +192,13 @@ describe("barrier", () => {
 });
 
 describe("rendezvous across processes", () => {
-  let dir = "";
-  beforeAll(async () => {
-    // NB: Node 20 cannot run TypeScript; compile this module (and what it imports) for the children.
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), "tprpc-rdzv-"));
-    const tsc = path.resolve("node_modules/typescript/bin/tsc");
-    await promisify(execFile)(process.execPath, [
-      tsc,
-      "sdk/rpc/rendezvous/index.ts",
-      ...["--outDir", dir, "--rootDir", ".", "--module", "NodeNext", "--moduleResolution", "NodeNext"],
-      ...["--target", "ES2022", "--types", "node", "--skipLibCheck"],
-    ]);
-    fs.writeFileSync(path.join(dir, "package.json"), '{ "type": "module" }');
-  });
-  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+  // NB: Node 20 cannot run TypeScript; the children load the compiled module from dist/, which
+  // test/global-setup.ts builds from the sources before any suite runs.
+  const compiled = path.resolve("dist/sdk/rpc/rendezvous/index.js");
 
   function worker(env: Record<string, string>): Promise<{ code: number | null; out: string; err: string }> {
     const child = spawn(process.execPath, [path.resolve("test/rpc/fixtures/rendezvous_worker.mjs")], {
-      env: { PATH: process.env.PATH!, TPRPC_RDZV_MODULE: path.join(dir, "sdk/rpc/rendezvous/index.js"), ...env },
+      env: { PATH: process.env.PATH!, TPRPC_RDZV_MODULE: compiled, ...env },
       stdio: ["ignore", "pipe", "pipe"],
     });
     cleanup.push(async () => void child.kill("SIGKILL"));
