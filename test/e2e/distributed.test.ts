@@ -190,6 +190,7 @@ describe.each(channels)("distributed over %s (3 processes)", (channel, skip) => 
   beforeAll(async () => {
     if (skip) return;
     cluster = await startGroup({
+      processes: true,
       workers: 2,
       env: { TPRPC_CHANNELS: channel },
       init: { channels: channel, rpcTimeoutMs: 60_000 },
@@ -222,7 +223,7 @@ describe.each(channels)("distributed over %s (3 processes)", (channel, skip) => 
 describe("distributed with 4 processes: concurrency and a dead peer", () => {
   let cluster: Cluster | undefined;
   beforeAll(async () => {
-    cluster = await startGroup({ workers: 3, init: { rpcTimeoutMs: 60_000 } });
+    cluster = await startGroup({ processes: true, workers: 3, init: { rpcTimeoutMs: 60_000 } });
   }, 60_000);
   afterAll(() => stopGroup(cluster, false), 30_000);
 
