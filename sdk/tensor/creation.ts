@@ -126,9 +126,13 @@ function shapeArg(shape: Shape | number, rest: number[]): number[] {
 }
 
 function filled(shape: Shape, value: number, dtype: DType, opts: TensorOptions): Tensor {
-  const t = Tensor.empty(shapeArg(shape, []), dtype, resolveDevice(opts));
+  // NB: built on its device directly (a fill kernel there), not on the host and copied over
+  const device = Device.parse(opts.device);
+  assertDeviceUsable(device);
+  const t = Tensor.empty(shapeArg(shape, []), dtype, device);
   if (value !== 0) getBackend().fill(t, value);
-  return finish(t, opts);
+  if (opts.requiresGrad) t.requiresGrad_(true);
+  return t;
 }
 
 /** A tensor filled with `value`; the dtype follows the value (bool, int64, default float) as torch.full. */
@@ -149,16 +153,17 @@ export function emptyTensor(shape: Shape, opts: TensorOptions = {}): Tensor {
   return zeros(shape, opts);
 }
 
+/** Zeros of t's shape, dtype and device (as torch.zeros_like). */
 export function zerosLike(t: Tensor, opts: TensorOptions = {}): Tensor {
-  return zeros(t.shape, { dtype: t.dtype, ...opts });
+  return zeros(t.shape, { dtype: t.dtype, device: t.device, ...opts });
 }
 
 export function onesLike(t: Tensor, opts: TensorOptions = {}): Tensor {
-  return ones(t.shape, { dtype: t.dtype, ...opts });
+  return ones(t.shape, { dtype: t.dtype, device: t.device, ...opts });
 }
 
 export function fullLike(t: Tensor, value: number, opts: TensorOptions = {}): Tensor {
-  return full(t.shape, value, { dtype: t.dtype, ...opts });
+  return full(t.shape, value, { dtype: t.dtype, device: t.device, ...opts });
 }
 
 /** Values from start to end (exclusive) by step; integer arguments give int64, as torch.arange. */
