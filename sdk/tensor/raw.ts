@@ -91,12 +91,16 @@ export function resultType(...ops: Operand[]): DType {
 }
 
 function toTensor(o: Operand, dtype: DType, device: Device): Tensor {
-  return o instanceof Tensor ? cast(o, dtype) : scalarTensor(o, dtype, device);
+  if (!(o instanceof Tensor)) return scalarTensor(o, dtype, device);
+  // NB: a 0-dim CPU tensor joins an op on another device as a scalar would, as in torch
+  if (o.ndim === 0 && o.device.type === "cpu" && device.type !== "cpu")
+    return scalarTensor(o.toArray()[0]!, dtype, device);
+  return cast(o, dtype);
 }
 
-/** Where an op on these operands computes: the first tensor's device (the CPU for scalars only). */
+/** Where an op on these operands computes: the first tensor not on the CPU, else the CPU. */
 export function deviceOf(...ops: Operand[]): Device {
-  for (const o of ops) if (o instanceof Tensor) return o.device;
+  for (const o of ops) if (o instanceof Tensor && o.device.type !== "cpu") return o.device;
   return cpu;
 }
 
@@ -134,11 +138,12 @@ export function where(cond: Tensor, a: Operand, b: Operand): Tensor {
     throw new DTypeError(`where expected condition to be a boolean tensor, but got a tensor with dtype ${cond.dtype}`);
   const dtype = resultType(a, b);
   const shape = broadcastShapes(cond.shape, shapeOf(a), shapeOf(b));
-  const out = output(shape, dtype, cond.device);
+  const device = deviceOf(cond, a, b);
+  const out = output(shape, dtype, device);
   getBackend().where(
-    expandTo(cond, shape),
-    expandTo(toTensor(a, dtype, cond.device), shape),
-    expandTo(toTensor(b, dtype, cond.device), shape),
+    expandTo(cond.ndim === 0 ? toTensor(cond, "bool", device) : cond, shape),
+    expandTo(toTensor(a, dtype, device), shape),
+    expandTo(toTensor(b, dtype, device), shape),
     out,
   );
   return out;
