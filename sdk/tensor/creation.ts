@@ -14,6 +14,7 @@ import { contiguousStrides, numelOf, type Shape } from "./shape.js";
 import { Storage } from "./storage.js";
 import { Tensor, type NestedArray } from "./tensor.js";
 import { getBackend } from "./backend/registry.js";
+import { deviceKernelsFor } from "./backend/router.js";
 
 export interface TensorOptions {
   dtype?: DType;
@@ -126,9 +127,11 @@ function shapeArg(shape: Shape | number, rest: number[]): number[] {
 }
 
 function filled(shape: Shape, value: number, dtype: DType, opts: TensorOptions): Tensor {
-  // NB: built on its device directly (a fill kernel there), not on the host and copied over
+  // NB: built on its device directly (a fill kernel there) where it has kernels, else on the host and moved
   const device = Device.parse(opts.device);
   assertDeviceUsable(device);
+  if (value !== 0 && device.type !== "cpu" && !deviceKernelsFor(device.type))
+    return finish(filled(shape, value, dtype, { ...opts, device: cpu, requiresGrad: false }), opts);
   const t = Tensor.empty(shapeArg(shape, []), dtype, device);
   if (value !== 0) getBackend().fill(t, value);
   if (opts.requiresGrad) t.requiresGrad_(true);

@@ -13,6 +13,7 @@ import { broadcastShapes, contiguousStrides, expandStrides, numelOf, normDim, ty
 import { Storage } from "./storage.js";
 import { Tensor } from "./tensor.js";
 import { type Device, cpu } from "./device.js";
+import { requireKernels } from "./backend/router.js";
 
 export type Scalar = number | boolean;
 export type Operand = Tensor | Scalar;
@@ -27,11 +28,13 @@ export function empty(shape: Shape, dtype: DType, device: Device = cpu): Tensor 
  * NB: results live on their inputs' device; every op below passes it.
  */
 export function output(shape: Shape, dtype: DType, device: Device = cpu): Tensor {
+  requireKernels(device);
   return new Tensor(Storage.allocUninit(dtype, numelOf(shape), device), [...shape], contiguousStrides(shape), 0);
 }
 
 /** A 0-dim tensor holding `v`. */
 export function scalarTensor(v: Scalar, dtype: DType = scalarDType(v), device: Device = cpu): Tensor {
+  requireKernels(device);
   const t = empty([], dtype, device);
   getBackend().fill(t, Number(v));
   return t;

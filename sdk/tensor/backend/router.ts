@@ -37,6 +37,15 @@ export function setDeviceStager(fn: (v: TensorView, to: Device) => TensorView): 
   stage = fn;
 }
 
+/** Throws the DeviceError of `pick` unless tensors on `device` have kernels (checked before allocating). */
+export function requireKernels(device: Device): void {
+  if (device.type !== "cpu" && !kernels.has(device.type))
+    throw new DeviceError(
+      `no kernels for tensors on '${device}' here: ${reasons.get(device.type) ?? "no kernel backend is registered"}; ` +
+        "call .cpu() first",
+    );
+}
+
 function deviceOf(v: TensorView): Device {
   return v.storage.device;
 }
@@ -55,13 +64,8 @@ function pick(cpu: Backend, views: readonly (TensorView | null | undefined)[]): 
       );
   }
   if (dev === null || dev.type === "cpu") return cpu;
-  const b = kernels.get(dev.type);
-  if (!b)
-    throw new DeviceError(
-      `no kernels for tensors on '${dev}' here: ${reasons.get(dev.type) ?? "no kernel backend is registered"}; ` +
-        "call .cpu() first",
-    );
-  return b;
+  requireKernels(dev);
+  return kernels.get(dev.type)!;
 }
 
 /** A Backend that forwards each call to the backend of its tensors' device. */
