@@ -155,8 +155,8 @@ void* LoadFromWheelDirs(const LibSpec& spec, std::string& first_error) {
     }
   }
   const char* tail = "/lib/python3*/*-packages/nvidia/cublas/lib";
-  for (const char* env : {"VIRTUAL_ENV", "CONDA_PREFIX"})
-    if (const char* p = std::getenv(env)) patterns.push_back(std::string(p) + tail);
+  if (const char* venv = std::getenv("VIRTUAL_ENV")) patterns.push_back(std::string(venv) + tail);
+  if (const char* conda = std::getenv("CONDA_PREFIX")) patterns.push_back(std::string(conda) + tail);
   if (const char* home = std::getenv("HOME")) patterns.push_back(std::string(home) + "/.local" + tail);
   for (const char* prefix : {"/usr/local", "/usr", "/opt/conda"}) patterns.push_back(std::string(prefix) + tail);
   patterns.push_back("/usr/lib/python3/dist-packages/nvidia/cublas/lib");
