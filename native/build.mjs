@@ -117,9 +117,12 @@ function buildFatbin() {
   }
   const out = path.join(gen, "tprpc.fatbin");
   const t = Date.now();
+  // NB: nvcc compiles host code with the addon's C++ compiler (node-gyp's CXX) when one is named
+  const ccbin = process.env.CXX ? ["-ccbin", process.env.CXX] : [];
   const r = spawnSync(
     nvcc,
     [
+      ...ccbin,
       "-fatbin",
       "-O3",
       "-std=c++17",

@@ -71,6 +71,33 @@ describe("the emulated CUDA device", () => {
       expect(Math.abs(gpu[i]! - cpu[i]!)).toBeLessThan(1e-4 * Math.abs(cpu[i]!) + 1e-5);
   });
 
+  it("trains notebook 04's GPT (dropout on, tied weights) for two steps with the CPU's losses, and samples on cuda:0", () => {
+    const run = (device: string): { losses: number[]; sample: Tensor } => {
+      manualSeed(11);
+      const model = new nn.GPT({ vocabSize: 13, nLayer: 2, nHead: 2, nEmbd: 16, blockSize: 8, dropout: 0.1 });
+      model.to(device);
+      const opt = new optim.AdamW(model.parameters(), { lr: 3e-3 });
+      const idx = randint(0, 13, [3, 8]).to(device);
+      const targets = randint(0, 13, [3, 8]).to(device);
+      const losses: number[] = [];
+      for (let s = 0; s < 2; s++) {
+        opt.zeroGrad();
+        const { loss } = model.forward(idx, targets);
+        loss!.backward();
+        opt.step();
+        losses.push(loss!.item());
+      }
+      model.eval();
+      const sample = model.generate(idx.narrow(1, 0, 2), 3, { temperature: 0.9, topK: 4 });
+      return { losses, sample };
+    };
+    const cpu = run("cpu");
+    const gpu = run("cuda:0");
+    for (let i = 0; i < 2; i++) expect(Math.abs(gpu.losses[i]! - cpu.losses[i]!)).toBeLessThan(1e-4 * cpu.losses[i]!);
+    expect(gpu.sample.device.toString()).toBe("cuda:0");
+    expect(gpu.sample.shape).toEqual([3, 5]);
+  });
+
   it("matmuls strided batched views alike through the BLAS GEMM and through the tk_matmul kernel", () => {
     manualSeed(3);
     const a = randn([2, 3, 5, 4]); // used transposed: [2, 3, 4, 5]

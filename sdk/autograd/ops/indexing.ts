@@ -31,9 +31,13 @@ export function indexSelect(x: Tensor, dim: number, index: Tensor): Tensor {
 
 export function gather(x: Tensor, dim: number, index: Tensor): Tensor {
   const out = raw.gather(x, dim, index);
-  return recordOp("GatherBackward0", out, [x], (g) => [raw.scatterAdd(raw.empty(x.shape, g.dtype, g.device), dim, index, g)], [
-    index,
-  ]);
+  return recordOp(
+    "GatherBackward0",
+    out,
+    [x],
+    (g) => [raw.scatterAdd(raw.empty(x.shape, g.dtype, g.device), dim, index, g)],
+    [index],
+  );
 }
 
 /** Out of place: x with src added at index along dim. */
