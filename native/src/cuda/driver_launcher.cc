@@ -8,7 +8,17 @@
 //
 // NB: written against the driver API's documented ABI and untested on a GPU
 // until a device run (issue 21): the emulated launcher shares everything above
-// this file.
+// this file. What only a GPU run can check, in order:
+// 1. cuModuleLoadData takes the compressed fatbin (sm_90 SASS on H100/H200, sm_80 on A100, the
+//    compute_90 PTX JIT-compiled elsewhere) and every tk_* name resolves: test/cuda/parity_device.
+// 2. The kernels' results on the device: the same suite (ops, modules, losses, GPT block, Adam).
+// 3. BlockReduce's shared memory and barriers on real warps; atomicAdd in tk_scatter_add (float
+//    order differs run to run: within tolerance, not bit-equal).
+// 4. cuBLAS's GEMM arguments (the emulated device checks them against OpenBLAS): bmm, transposed
+//    and broadcast batches in the same suite, with cuBLAS found by dlopen.
+// 5. The error word after an out-of-range index, the MLP and the GPT steps: test/cuda/device.
+// 6. Ordering with the caching allocator's streams: these launches use the legacy default stream.
+// 7. Speed (bench/cuda_ops.ts --torch; bench/gpt_step.ts on cuda:0 is not written yet).
 // Thread: JS thread.
 #include <cstring>
 #include <map>
