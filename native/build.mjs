@@ -92,8 +92,14 @@ function buildFatbin() {
   const inc = path.join(gen, "tprpc_fatbin.inc");
   fs.mkdirSync(gen, { recursive: true });
   const { nvcc, why } = findNvcc();
+  // NB: what nvcc reads: the kernel sources, their headers, and the CPU kernels' op codes
   const cudaDir = path.join(dir, "src", "cuda");
-  const newest = Math.max(...fs.readdirSync(cudaDir).map((f) => fs.statSync(path.join(cudaDir, f)).mtimeMs));
+  const inputs = fs
+    .readdirSync(cudaDir)
+    .filter((f) => /\.(cu|cuh)$/.test(f) || f === "params.h")
+    .map((f) => path.join(cudaDir, f))
+    .concat(path.join(dir, "src", "kernels", "ops.h"));
+  const newest = Math.max(...inputs.map((f) => fs.statSync(f).mtimeMs));
   if (fs.existsSync(inc) && fs.statSync(inc).mtimeMs > newest) {
     const had = !fs.readFileSync(inc, "utf8").includes("kTprpcFatbinSize = 0;");
     if (had === (nvcc !== null)) return;
