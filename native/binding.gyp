@@ -38,9 +38,14 @@
         "src/gpu/gpu.cc",
         "src/gpu/caching_allocator.cc",
         "src/gpu/host_allocator.cc",
-        "src/gpu/cuda_memory.cc"
+        "src/gpu/cuda_memory.cc",
+        "src/cuda/host_kernels.cc",
+        "src/cuda/launcher.cc",
+        "src/cuda/driver_launcher.cc",
+        "src/cuda/ops.cc",
+        "src/cuda/binding.cc"
       ],
-      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "src", "<(openblas_inc)"],
+      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "src", "gen", "<(openblas_inc)"],
       "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_CPP_EXCEPTIONS"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++14", "-std=gnu++17"],

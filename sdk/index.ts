@@ -14,7 +14,11 @@ import { NativeBackend } from "./tensor/backend/native/index.js";
 import { registerBackend } from "./tensor/backend/registry.js";
 import { provideDeviceBackend } from "./tensor/backend/devices.js";
 import { CudaDeviceBackend } from "./tensor/backend/cuda/index.js";
+import { type EmulatedDeviceMemory, emulatedMemoryApi } from "./tensor/backend/cuda/emulated_memory.js";
+import { type CudaKernelApi, CudaKernelBackend } from "./tensor/backend/cuda/kernels.js";
+import { noteDeviceKernelsUnavailable, registerDeviceKernels } from "./tensor/backend/router.js";
 import { cudaDevices, gpuLibrary, nativeGpu } from "./native/gpu.js";
+import { cudaKernels } from "./native/cuda_kernels.js";
 import { arrayOver, itemSize } from "./tensor/dtype.js";
 import { setSharedMemoryProvider } from "./tensor/shared.js";
 import { nativeChannels } from "./native/channels.js";
@@ -44,13 +48,25 @@ if (native) {
   );
 }
 
-// CUDA tensors: the CUDA device backend (memory and copies; no kernels yet) serves
-// them where the driver is usable; it is looked for on first use of a cuda device, so importing
-// tprpc never runs cuInit. TPRPC_CUDA=0 turns it off.
+// CUDA tensors: the CUDA device backend (memory and copies) and the CUDA kernel backend (ops on
+// them, native/src/cuda) serve them where the driver is usable; they are looked for on first use of
+// a cuda device, so importing tprpc never runs cuInit. TPRPC_CUDA=0 turns CUDA off;
+// TPRPC_CUDA=emulate makes cuda:0 an emulated device: host memory, and the same kernels compiled
+// for the host, dispatched by the same code (CI runs the op parity suite on it).
 provideDeviceBackend("cuda", () => {
-  if (process.env.TPRPC_CUDA === "0") return "disabled by TPRPC_CUDA=0";
+  const mode = process.env.TPRPC_CUDA;
+  if (mode === "0") return "disabled by TPRPC_CUDA=0";
+  if (mode === "emulate") {
+    const k = cudaKernels("emulate");
+    if (typeof k === "string") return `TPRPC_CUDA=emulate, but the emulated device is not viable: ${k}`;
+    registerDeviceKernels("cuda", new CudaKernelBackend(k as unknown as CudaKernelApi));
+    return new CudaDeviceBackend(emulatedMemoryApi(k as unknown as EmulatedDeviceMemory), 1);
+  }
   const driver = gpuLibrary("cuda");
   if (!driver.isViable()) return `no usable CUDA driver (${driver.reason()})`;
+  const k = cudaKernels("device");
+  if (typeof k === "string") noteDeviceKernelsUnavailable("cuda", k);
+  else registerDeviceKernels("cuda", new CudaKernelBackend(k as unknown as CudaKernelApi));
   return new CudaDeviceBackend(nativeGpu()!, cudaDevices().length);
 });
 

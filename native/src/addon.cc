@@ -14,6 +14,7 @@ void RegisterDynlib(Napi::Env env, Napi::Object exports);
 void RegisterMemory(Napi::Env env, Napi::Object exports);
 void RegisterChannels(Napi::Env env, Napi::Object exports);
 void RegisterGpu(Napi::Env env, Napi::Object exports);
+void RegisterCudaKernels(Napi::Env env, Napi::Object exports);
 }  // namespace tprpc
 
 static Napi::Value GetNumThreads(const Napi::CallbackInfo& info) {
@@ -53,6 +54,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   tprpc::RegisterFused(env, exports);
   tprpc::RegisterChannels(env, exports);
   tprpc::RegisterGpu(env, exports);
+  tprpc::RegisterCudaKernels(env, exports);
   return exports;
 }
 

@@ -4,6 +4,7 @@
 #include "dynlib.h"
 
 #include <dlfcn.h>
+#include <glob.h>
 #include <cstdlib>
 #include <link.h>
 #include <napi.h>
@@ -142,6 +143,50 @@ void Describe(Lib lib, void* h, LibStatus& s) {
   s.version = buf;
 }
 
+// cuBLAS outside the loader path: the directories of TPRPC_CUBLAS_DIR (':'-separated), then where
+// PyTorch's wheels put it (nvidia-cublas-cu1x: site-packages/nvidia/cublas/lib) under the usual
+// Python prefixes. libcublasLt (same directory) is loaded first, since libcublas needs it.
+void* LoadFromWheelDirs(const LibSpec& spec, std::string& first_error) {
+  std::vector<std::string> patterns;
+  if (const char* dirs = std::getenv("TPRPC_CUBLAS_DIR")) {
+    std::string all = dirs;
+    for (size_t at = 0; at <= all.size();) {
+      size_t end = all.find(':', at);
+      if (end == std::string::npos) end = all.size();
+      if (end > at) patterns.push_back(all.substr(at, end - at));
+      at = end + 1;
+    }
+  }
+  const char* tail = "/lib/python3*/*-packages/nvidia/cublas/lib";
+  if (const char* venv = std::getenv("VIRTUAL_ENV")) patterns.push_back(std::string(venv) + tail);
+  if (const char* conda = std::getenv("CONDA_PREFIX")) patterns.push_back(std::string(conda) + tail);
+  if (const char* home = std::getenv("HOME")) patterns.push_back(std::string(home) + "/.local" + tail);
+  for (const char* prefix : {"/usr/local", "/usr", "/opt/conda"}) patterns.push_back(std::string(prefix) + tail);
+  patterns.push_back("/usr/lib/python3/dist-packages/nvidia/cublas/lib");
+  for (const std::string& pattern : patterns) {
+    glob_t g;
+    if (glob(pattern.c_str(), GLOB_NOSORT, nullptr, &g) != 0) continue;
+    for (size_t i = 0; i < g.gl_pathc; ++i) {
+      for (const char* soname : spec.sonames) {
+        std::string lt = std::string(g.gl_pathv[i]) + "/" + soname;
+        const std::string full = lt;
+        lt.replace(lt.rfind("libcublas"), 9, "libcublasLt");
+        dlopen(lt.c_str(), RTLD_NOW | RTLD_GLOBAL);  // NB: may be absent; libcublas then says so
+        dlerror();
+        void* h = dlopen(full.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (h != nullptr) {
+          globfree(&g);
+          return h;
+        }
+        const char* e = dlerror();
+        if (first_error.empty() && e != nullptr) first_error = e;
+      }
+    }
+    globfree(&g);
+  }
+  return nullptr;
+}
+
 void Load(Lib lib, Loaded& L) {
   const LibSpec& spec = kSpecs[static_cast<int>(lib)];
   LibStatus& s = L.status;
@@ -164,10 +209,12 @@ void Load(Lib lib, Loaded& L) {
     const char* e = dlerror();
     if (first_error.empty()) first_error = e ? e : soname;
   }
+  if (L.handle == nullptr && lib == Lib::Cublas) L.handle = LoadFromWheelDirs(spec, first_error);
   if (L.handle == nullptr) {
     std::string tried;
     for (const char* n : spec.sonames) tried += std::string(tried.empty() ? "" : ", ") + n;
     s.reason = std::string(spec.name) + " is not installed or not on the loader path (tried " + tried +
+               (lib == Lib::Cublas ? ", also in TPRPC_CUBLAS_DIR and PyTorch's site-packages/nvidia/cublas/lib" : "") +
                "; first error: " + first_error + "); install it or add its directory to LD_LIBRARY_PATH";
     return;
   }

@@ -161,7 +161,7 @@ export function backward(t: Tensor, gradient?: Tensor, retainGraph = false): voi
         `grad can be implicitly created only for scalar outputs (this tensor has shape [${t.shape.join(", ")}]); ` +
           "pass a gradient of the same shape: t.backward(gradient)",
       );
-    g = raw.binary("add", raw.empty(t.shape, t.dtype), 1);
+    g = raw.binary("add", raw.empty(t.shape, t.dtype, t.device), 1);
   } else if (!arraysEqual(g.shape, t.shape)) {
     throw new ShapeError(
       `Mismatch in shape: grad_output[0] has a shape of [${g.shape.join(", ")}] and output[0] has a shape of [${t.shape.join(", ")}].`,
@@ -186,7 +186,7 @@ export function grad(
     if (!node) throw new AutogradError(`element ${i} of tensors does not require grad and does not have a gradFn`);
     const g = opts.gradOutputs?.[i];
     if (!g && o.numel() !== 1) throw new AutogradError("grad can be implicitly created only for scalar outputs");
-    return { node, grad: g ?? raw.binary("add", raw.empty(o.shape, o.dtype), 1) };
+    return { node, grad: g ?? raw.binary("add", raw.empty(o.shape, o.dtype, o.device), 1) };
   });
   const results = new Map<Tensor, Tensor>();
   const cleanups: (() => void)[] = [];

@@ -523,7 +523,7 @@ Object.assign(proto, {
     return inplace(this, () =>
       src instanceof Tensor
         ? views.expand(views.toDType(src, this.dtype), this.shape)
-        : raw.binary("add", raw.empty(this.shape, this.dtype), src),
+        : raw.binary("add", raw.empty(this.shape, this.dtype, this.device), src),
     );
   },
   fill_(this: Tensor, v: number) {
@@ -547,7 +547,7 @@ Object.defineProperty(proto, "mT", {
 });
 
 function filled(t: Tensor, v: number): Tensor {
-  const out = raw.empty(t.shape, t.dtype);
+  const out = raw.empty(t.shape, t.dtype, t.device);
   raw.copyInto(out, v);
   return out;
 }

@@ -119,7 +119,7 @@ export async function backward(ctxId: number, roots: readonly Tensor[], retainGr
       throw new AutogradError(
         `root ${i} has shape [${r.shape.join(", ")}]; distributed backward takes scalar roots (e.g. loss.sum())`,
       );
-    return { node, grad: raw.binary("add", raw.empty(r.shape, r.dtype), 1) };
+    return { node, grad: raw.binary("add", raw.empty(r.shape, r.dtype, r.device), 1) };
   });
   if (ctx.backwardRunning)
     throw new AutogradError(`a distributed backward pass is already running in context ${ctxId}; await it first`);

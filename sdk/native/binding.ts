@@ -181,6 +181,10 @@ export interface NativeBinding {
   channels(): unknown;
   /** The GPU libraries' namespace (status, devices, NCCL ids); typed in ./gpu.ts, use `nativeGpu()` from there. */
   gpu(): unknown;
+  /** The CUDA kernel backend's entry points ("emulate" or "device"); typed in ./cuda_kernels.ts. */
+  cudaKernels(mode: string): unknown;
+  /** What this build carries: host kernels, the fatbin's size (0 without nvcc) and why not. */
+  cudaKernelInfo(): { hostKernels: number; fatbinBytes: number; fatbinReason?: string };
 }
 
 type RawBinding = Record<string, unknown>;
@@ -221,6 +225,8 @@ export const NATIVE_FUNCTIONS = [
   "addressOf",
   "channels",
   "gpu",
+  "cudaKernels",
+  "cudaKernelInfo",
 ] as const satisfies readonly (keyof NativeBinding)[];
 
 /** Errors the addon raises with name "NativeError" become the sdk's NativeError; others pass through. */

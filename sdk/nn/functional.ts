@@ -82,7 +82,7 @@ export function dropout(input: Tensor, p = 0.5, training = true, generator?: Gen
   if (!training || p === 0 || input.numel() === 0) return input;
   if (!input.isFloatingPoint()) throw new DTypeError(`dropout expects a floating point input, got ${input.dtype}`);
   if (p === 1) return input.mul(0);
-  const keep = rand(input.shape, { dtype: "float64", generator }).lt(1 - p);
+  const keep = rand(input.shape, { dtype: "float64", generator, device: input.device }).lt(1 - p);
   return input.mul(keep.to(input.dtype).mul(1 / (1 - p)));
 }
 

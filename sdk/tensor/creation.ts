@@ -14,6 +14,7 @@ import { contiguousStrides, numelOf, type Shape } from "./shape.js";
 import { Storage } from "./storage.js";
 import { Tensor, type NestedArray } from "./tensor.js";
 import { getBackend } from "./backend/registry.js";
+import { deviceKernelsFor } from "./backend/router.js";
 
 export interface TensorOptions {
   dtype?: DType;
@@ -126,9 +127,15 @@ function shapeArg(shape: Shape | number, rest: number[]): number[] {
 }
 
 function filled(shape: Shape, value: number, dtype: DType, opts: TensorOptions): Tensor {
-  const t = Tensor.empty(shapeArg(shape, []), dtype, resolveDevice(opts));
+  // NB: built on its device directly (a fill kernel there) where it has kernels, else on the host and moved
+  const device = Device.parse(opts.device);
+  assertDeviceUsable(device);
+  if (value !== 0 && device.type !== "cpu" && !deviceKernelsFor(device.type))
+    return finish(filled(shape, value, dtype, { ...opts, device: cpu, requiresGrad: false }), opts);
+  const t = Tensor.empty(shapeArg(shape, []), dtype, device);
   if (value !== 0) getBackend().fill(t, value);
-  return finish(t, opts);
+  if (opts.requiresGrad) t.requiresGrad_(true);
+  return t;
 }
 
 /** A tensor filled with `value`; the dtype follows the value (bool, int64, default float) as torch.full. */
@@ -149,16 +156,17 @@ export function emptyTensor(shape: Shape, opts: TensorOptions = {}): Tensor {
   return zeros(shape, opts);
 }
 
+/** Zeros of t's shape, dtype and device (as torch.zeros_like). */
 export function zerosLike(t: Tensor, opts: TensorOptions = {}): Tensor {
-  return zeros(t.shape, { dtype: t.dtype, ...opts });
+  return zeros(t.shape, { dtype: t.dtype, device: t.device, ...opts });
 }
 
 export function onesLike(t: Tensor, opts: TensorOptions = {}): Tensor {
-  return ones(t.shape, { dtype: t.dtype, ...opts });
+  return ones(t.shape, { dtype: t.dtype, device: t.device, ...opts });
 }
 
 export function fullLike(t: Tensor, value: number, opts: TensorOptions = {}): Tensor {
-  return full(t.shape, value, { dtype: t.dtype, ...opts });
+  return full(t.shape, value, { dtype: t.dtype, device: t.device, ...opts });
 }
 
 /** Values from start to end (exclusive) by step; integer arguments give int64, as torch.arange. */

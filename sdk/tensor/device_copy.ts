@@ -18,6 +18,7 @@ import { DeviceError } from "../errors/index.js";
 import { itemSize } from "./dtype.js";
 import { type Device, assertDeviceUsable, cpu } from "./device.js";
 import { deviceBackendFor } from "./backend/devices.js";
+import { setDeviceStager } from "./backend/router.js";
 import type { DeviceBackend } from "./backend/interface.js";
 import { contiguousStrides, numelOf } from "./shape.js";
 import { Storage } from "./storage.js";
@@ -88,3 +89,6 @@ export function toDevice(x: Tensor, device: Device, nonBlocking = false): Tensor
 }
 
 setHostCopy((t) => toDevice(t, cpu));
+
+// x.copy_(y) with y on another device: the router stages y onto x's device first.
+setDeviceStager((v, to) => toDevice(new Tensor(v.storage, [...v.shape], [...v.strides], v.offset), to));

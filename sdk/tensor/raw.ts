@@ -12,23 +12,30 @@ import { type DType, category, getDefaultDType, isFloating, promoteTypes, scalar
 import { broadcastShapes, contiguousStrides, expandStrides, numelOf, normDim, type Shape, shapeStr } from "./shape.js";
 import { Storage } from "./storage.js";
 import { Tensor } from "./tensor.js";
+import { type Device, cpu } from "./device.js";
+import { requireKernels } from "./backend/router.js";
 
 export type Scalar = number | boolean;
 export type Operand = Tensor | Scalar;
 
 /** A zeroed contiguous tensor. */
-export function empty(shape: Shape, dtype: DType): Tensor {
-  return Tensor.empty(shape, dtype);
+export function empty(shape: Shape, dtype: DType, device: Device = cpu): Tensor {
+  return Tensor.empty(shape, dtype, device);
 }
 
-/** A contiguous tensor with undefined contents: only for kernel outputs that overwrite every element. */
-export function output(shape: Shape, dtype: DType): Tensor {
-  return new Tensor(Storage.allocUninit(dtype, numelOf(shape)), [...shape], contiguousStrides(shape), 0);
+/**
+ * A contiguous tensor with undefined contents: only for kernel outputs that overwrite every element.
+ * NB: results live on their inputs' device; every op below passes it.
+ */
+export function output(shape: Shape, dtype: DType, device: Device = cpu): Tensor {
+  requireKernels(device);
+  return new Tensor(Storage.allocUninit(dtype, numelOf(shape), device), [...shape], contiguousStrides(shape), 0);
 }
 
 /** A 0-dim tensor holding `v`. */
-export function scalarTensor(v: Scalar, dtype: DType = scalarDType(v)): Tensor {
-  const t = empty([], dtype);
+export function scalarTensor(v: Scalar, dtype: DType = scalarDType(v), device: Device = cpu): Tensor {
+  requireKernels(device);
+  const t = empty([], dtype, device);
   getBackend().fill(t, Number(v));
   return t;
 }
@@ -44,7 +51,7 @@ export function expandTo(t: Tensor, shape: Shape): Tensor {
 
 /** A contiguous copy of `t` with dtype `dtype` (always a new storage). */
 export function copyAs(t: Tensor, dtype: DType = t.dtype): Tensor {
-  const out = output(t.shape, dtype);
+  const out = output(t.shape, dtype, t.device);
   getBackend().copy(t, out);
   return out;
 }
@@ -86,8 +93,18 @@ export function resultType(...ops: Operand[]): DType {
   return r;
 }
 
-function toTensor(o: Operand, dtype: DType): Tensor {
-  return o instanceof Tensor ? cast(o, dtype) : scalarTensor(o, dtype);
+function toTensor(o: Operand, dtype: DType, device: Device): Tensor {
+  if (!(o instanceof Tensor)) return scalarTensor(o, dtype, device);
+  // NB: a 0-dim CPU tensor joins an op on another device as a scalar would, as in torch
+  if (o.ndim === 0 && o.device.type === "cpu" && device.type !== "cpu")
+    return scalarTensor(o.toArray()[0]!, dtype, device);
+  return cast(o, dtype);
+}
+
+/** Where an op on these operands computes: the first tensor not on the CPU, else the CPU. */
+export function deviceOf(...ops: Operand[]): Device {
+  for (const o of ops) if (o instanceof Tensor && o.device.type !== "cpu") return o.device;
+  return cpu;
 }
 
 function shapeOf(o: Operand): Shape {
@@ -97,7 +114,7 @@ function shapeOf(o: Operand): Shape {
 export function unary(op: UnaryOp, x: Tensor, args?: readonly number[], outDType?: DType): Tensor {
   const dtype = outDType ?? x.dtype;
   const xin = dtype === x.dtype || op === "logicalNot" || op === "isnan" ? x : cast(x, dtype);
-  const out = output(x.shape, dtype);
+  const out = output(x.shape, dtype, x.device);
   getBackend().unary(op, xin, out, args);
   return out;
 }
@@ -111,9 +128,10 @@ export function binary(op: BinaryOp, a: Operand, b: Operand, computeDType?: DTyp
   let dtype = computeDType ?? resultType(a, b);
   if (op === "div" && !isFloating(dtype)) dtype = getDefaultDType();
   const shape = broadcastShapes(shapeOf(a), shapeOf(b));
-  const at = expandTo(toTensor(a, dtype), shape);
-  const bt = expandTo(toTensor(b, dtype), shape);
-  const out = output(shape, COMPARISON_OPS.has(op) ? "bool" : dtype);
+  const device = deviceOf(a, b);
+  const at = expandTo(toTensor(a, dtype, device), shape);
+  const bt = expandTo(toTensor(b, dtype, device), shape);
+  const out = output(shape, COMPARISON_OPS.has(op) ? "bool" : dtype, device);
   getBackend().binary(op, at, bt, out);
   return out;
 }
@@ -123,11 +141,12 @@ export function where(cond: Tensor, a: Operand, b: Operand): Tensor {
     throw new DTypeError(`where expected condition to be a boolean tensor, but got a tensor with dtype ${cond.dtype}`);
   const dtype = resultType(a, b);
   const shape = broadcastShapes(cond.shape, shapeOf(a), shapeOf(b));
-  const out = output(shape, dtype);
+  const device = deviceOf(cond, a, b);
+  const out = output(shape, dtype, device);
   getBackend().where(
-    expandTo(cond, shape),
-    expandTo(toTensor(a, dtype), shape),
-    expandTo(toTensor(b, dtype), shape),
+    expandTo(cond.ndim === 0 ? toTensor(cond, "bool", device) : cond, shape),
+    expandTo(toTensor(a, dtype, device), shape),
+    expandTo(toTensor(b, dtype, device), shape),
     out,
   );
   return out;
@@ -141,7 +160,7 @@ export function reduce(op: ReduceOp, x: Tensor, dims: readonly number[], keepdim
     throw new ShapeError(
       `${op}(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.`,
     );
-  const out = output(kept, dtype);
+  const out = output(kept, dtype, x.device);
   getBackend().reduce(op, x, dims, out);
   return keepdim ? out : squeezeDims(out, dims);
 }
@@ -149,7 +168,7 @@ export function reduce(op: ReduceOp, x: Tensor, dims: readonly number[], keepdim
 export function argReduce(op: "argmax" | "argmin", x: Tensor, dim: number, keepdim: boolean): Tensor {
   if (x.shape[dim] === 0) throw new ShapeError(`${op}(): Expected reduction dim ${dim} to have non-zero size.`);
   const kept = x.shape.map((d, i) => (i === dim ? 1 : d));
-  const out = output(kept, "int64");
+  const out = output(kept, "int64", x.device);
   getBackend().argReduce(op, x, dim, out);
   return keepdim ? out : squeezeDims(out, [dim]);
 }
@@ -203,7 +222,7 @@ export function matmul(a: Tensor, b: Tensor): Tensor {
   const lead = batch.length === 0 ? [1] : batch;
   const a3 = expandTo(withLead(a2, lead.length + 2), [...lead, m, k]);
   const b3 = expandTo(withLead(b2, lead.length + 2), [...lead, k, n]);
-  const out = output([...lead, m, n], a.dtype);
+  const out = output([...lead, m, n], a.dtype, a.device);
   getBackend().matmul(a3, b3, out);
   const shape = [...batch, ...(a.ndim === 1 ? [] : [m]), ...(b.ndim === 1 ? [] : [n])];
   return new Tensor(out.storage, shape, contiguousStrides(shape), 0);
@@ -220,7 +239,7 @@ export function addmm(bias: Tensor, a: Tensor, b: Tensor): Tensor {
   if (a.dtype !== b.dtype || bias.dtype !== a.dtype)
     throw new DTypeError(`addmm: bias, a and b must share a dtype, got ${bias.dtype}, ${a.dtype} and ${b.dtype}`);
   const [m, k, n] = [a.shape[0]!, a.shape[1]!, b.shape[1]!];
-  const out = output([1, m, n], a.dtype);
+  const out = output([1, m, n], a.dtype, a.device);
   getBackend().copy(expandTo(withLead(bias, 3), [1, m, n]), out);
   getBackend().matmul(withLead(a, 3), withLead(b, 3), out, true);
   return new Tensor(out.storage, [m, n], [n, 1], 0);
@@ -240,7 +259,7 @@ function withLead(t: Tensor, r: number): Tensor {
 
 export function softmax(x: Tensor, dim: number, log: boolean): Tensor {
   const xin = isFloating(x.dtype) ? x : cast(x, getDefaultDType());
-  const out = output(x.shape, xin.dtype);
+  const out = output(x.shape, xin.dtype, x.device);
   getBackend().softmax(xin, normDim(dim, x.ndim), log, out);
   return out;
 }
@@ -258,14 +277,14 @@ export function maskedSoftmax(x: Tensor, mask: Tensor, divisor: number): Tensor 
     );
   if (mask.dtype !== "bool") throw new DTypeError(`maskedSoftmax: the mask must be bool, got ${mask.dtype}`);
   if (!isFloating(x.dtype)) throw new DTypeError(`maskedSoftmax: expected a floating point x, got ${x.dtype}`);
-  const out = output(x.shape, x.dtype);
+  const out = output(x.shape, x.dtype, x.device);
   getBackend().maskedSoftmax(contiguous(x), mask, divisor, out);
   return out;
 }
 
 /** The (log-)softmax backward (Backend.softmaxBackward): gx from the forward's output y and its gradient g. */
 export function softmaxBackward(y: Tensor, g: Tensor, dim: number, log: boolean): Tensor {
-  const out = output(y.shape, y.dtype);
+  const out = output(y.shape, y.dtype, y.device);
   getBackend().softmaxBackward(y, contiguous(cast(g, y.dtype)), dim, log, out);
   return out;
 }
@@ -281,7 +300,7 @@ export function indexSelect(x: Tensor, dim: number, index: Tensor): Tensor {
   const d = normDim(dim, x.ndim);
   const shape = [...x.shape];
   if (x.ndim > 0) shape[d] = index.numel();
-  const out = output(shape, x.dtype);
+  const out = output(shape, x.dtype, x.device);
   getBackend().indexSelect(x, d, asStrided(index, [index.numel()], [index.strides[0] ?? 1], index.offset), out);
   return out;
 }
@@ -296,7 +315,7 @@ export function gather(x: Tensor, dim: number, index: Tensor): Tensor {
       throw new ShapeError(
         `gather(): Size does not match at dimension ${i} expected index ${shapeStr(index.shape)} to be smaller than self ${shapeStr(x.shape)} apart from dimension ${d}`,
       );
-  const out = output(index.shape, x.dtype);
+  const out = output(index.shape, x.dtype, x.device);
   getBackend().gather(x, d, index, out);
   return out;
 }
@@ -319,11 +338,12 @@ export function copyInto(dst: Tensor, src: Operand): void {
   dst.storage.version++;
 }
 
-export function newStorageTensor(shape: Shape, dtype: DType): Tensor {
+export function newStorageTensor(shape: Shape, dtype: DType, device: Device = cpu): Tensor {
   return new Tensor(
     Storage.alloc(
       dtype,
       shape.reduce((p, d) => p * d, 1),
+      device,
     ),
     [...shape],
     contiguousStrides(shape),

@@ -71,8 +71,7 @@ export class Storage {
   get data(): StorageArray {
     if (this.host === null)
       throw new DeviceError(
-        `this tensor's data is on '${this.device}', which host code cannot read: call .cpu() first ` +
-          "(kernels for tensors on CUDA devices are not part of this build)",
+        `this tensor's data is on '${this.device}', which host code cannot read: call .cpu() first`,
       );
     return this.host;
   }

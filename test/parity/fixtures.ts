@@ -73,10 +73,26 @@ function nest(flat: (number | boolean)[], shape: number[]): Nested {
   return build(0);
 }
 
+// ---- the device under test ---------------------------------------------------------------------
+
+let device: string | undefined;
+
+/**
+ * Runs the cases on `d` ("cuda:0" on the emulated CUDA device, test/cuda/parity_emulated.test.ts):
+ * every decoded tensor is built there, and every compared result must be there; undefined: the CPU.
+ */
+export function useDevice(d: string | undefined): void {
+  device = d;
+}
+
+export function testDevice(): string | undefined {
+  return device;
+}
+
 /** The contiguous base tensor from the encoded data (a leaf, requiring grad if the fixture says so). */
 export function decodeBase(e: EncodedTensor, requiresGrad = e.requiresGrad === true): Tensor {
   const flat = e.dtype === "bool" ? e.data.map((v) => v === true || v === 1) : e.data.map(decodeNumber);
-  const opts = { dtype: e.dtype, requiresGrad } as Parameters<typeof tensor>[1];
+  const opts = { dtype: e.dtype, requiresGrad, device } as Parameters<typeof tensor>[1];
   return tensor(nest(flat, e.shape) as Parameters<typeof tensor>[0], opts);
 }
 
@@ -143,6 +159,7 @@ function fmt(v: number): string {
 export function expectClose(got: Tensor | null | undefined, want: EncodedTensor, what: string, tol = FLOAT32): void {
   if (got === null || got === undefined) throw new Error(`${what}: got ${got}, want a tensor of shape [${want.shape}]`);
   expect([...got.shape], `${what}: shape`).toEqual(want.shape);
+  expect(got.device.toString(), `${what}: device`).toBe(device ?? "cpu");
   expect(got.dtype, `${what}: dtype`).toBe(want.dtype);
   const g = got.toArray().map(Number);
   const w = expectedValues(want);
@@ -171,7 +188,7 @@ export function expectClose(got: Tensor | null | undefined, want: EncodedTensor,
 /** The gradient a leaf received, treating "no gradient" as zeros (as the generator records it). */
 export function gradOrZeros(leaf: Tensor): Tensor {
   if (leaf.grad) return leaf.grad;
-  return zeros([...leaf.shape], { dtype: leaf.dtype });
+  return zeros([...leaf.shape], { dtype: leaf.dtype, device: leaf.device });
 }
 
 // ---- backends --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import {
   expectClose,
   FLOAT32,
   gradOrZeros,
+  testDevice,
   type Tolerance,
 } from "./fixtures.js";
 
@@ -109,6 +110,8 @@ function forwardBackward(
 
 export function runModuleCase(c: ModuleCase, tol: Tolerance = FLOAT32): void {
   const m: ModuleLike = buildModule(c.module, c.config ?? c.ctor ?? {});
+  const d = testDevice();
+  if (d !== undefined) (m as unknown as { to(d: string): unknown }).to(d);
   const state: Record<string, Tensor> = {};
   for (const [k, v] of Object.entries(c.stateDict)) state[k] = decodeTensor(v);
   m.loadStateDict(state);

@@ -129,6 +129,44 @@ struct Nccl {
   ncclResult_t (*ncclCommAbort)(ncclComm_t);
 };
 
+// ---- CUDA kernels and cuBLAS GEMMs (issue 21: native/src/cuda) -----------------------------------
+// The driver calls that load the addon's fatbin and launch its kernels, and the cuBLAS GEMMs of
+// the CUDA matmul. Filled by cuda/driver_launcher.cc from the same dynlib rows as above.
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+
+struct CudaKernelApi {
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);                // _v2
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);  // _v2
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);        // _v2
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void**, void**);
+};
+
+// cublasOperation_t: CUBLAS_OP_N = 0, CUBLAS_OP_T = 1. Column-major, as BLAS.
+struct CublasGemm {
+  cublasStatus_t (*cublasCreate)(cublasHandle_t*);  // _v2
+  cublasStatus_t (*cublasSgemm)(cublasHandle_t, int, int, int, int, int, const float*, const float*, int,
+                                const float*, int, const float*, float*, int);  // _v2
+  cublasStatus_t (*cublasDgemm)(cublasHandle_t, int, int, int, int, int, const double*, const double*, int,
+                                const double*, int, const double*, double*, int);  // _v2
+  cublasStatus_t (*cublasSgemmStridedBatched)(cublasHandle_t, int, int, int, int, int, const float*, const float*,
+                                              int, long long, const float*, int, long long, const float*, float*,
+                                              int, long long, int);
+  cublasStatus_t (*cublasDgemmStridedBatched)(cublasHandle_t, int, int, int, int, int, const double*,
+                                              const double*, int, long long, const double*, int, long long,
+                                              const double*, double*, int, long long, int);
+};
+
+const CudaKernelApi* KernelApi();
+const CublasGemm* CublasGemmApi();
+
 // The typed rows, filled once; nullptr when the library is not viable.
 const CudaDriver* Driver();
 const Nvrtc* NvrtcApi();

@@ -273,7 +273,7 @@ export function maskedFill(x: Tensor, mask: Tensor, value: number | Tensor): Ten
     throw new ShapeError(
       `maskedFill: the mask of shape [${mask.shape.join(", ")}] must broadcast to the input's shape [${x.shape.join(", ")}]`,
     );
-  const out = raw.where(mask, raw.scalarTensor(v, x.dtype), x);
+  const out = raw.where(mask, raw.scalarTensor(v, x.dtype, x.device), x);
   return recordOp("MaskedFillBackward0", out, [x], (g) => [raw.where(mask, 0, g)]);
 }
 

@@ -23,7 +23,7 @@ export function indexSelect(x: Tensor, dim: number, index: Tensor): Tensor {
         raw.asStrided(raw.contiguous(index), ishape, contiguousStrides(ishape), raw.contiguous(index).offset),
         g.shape,
       );
-      return [raw.scatterAdd(raw.empty(x.shape, g.dtype), d, idx, g)];
+      return [raw.scatterAdd(raw.empty(x.shape, g.dtype, g.device), d, idx, g)];
     },
     [index],
   );
@@ -31,9 +31,13 @@ export function indexSelect(x: Tensor, dim: number, index: Tensor): Tensor {
 
 export function gather(x: Tensor, dim: number, index: Tensor): Tensor {
   const out = raw.gather(x, dim, index);
-  return recordOp("GatherBackward0", out, [x], (g) => [raw.scatterAdd(raw.empty(x.shape, g.dtype), dim, index, g)], [
-    index,
-  ]);
+  return recordOp(
+    "GatherBackward0",
+    out,
+    [x],
+    (g) => [raw.scatterAdd(raw.empty(x.shape, g.dtype, g.device), dim, index, g)],
+    [index],
+  );
 }
 
 /** Out of place: x with src added at index along dim. */
@@ -73,7 +77,7 @@ export function embedding(input: Tensor, weight: Tensor, paddingIdx?: number): T
       const g2 = raw.contiguous(g);
       const src = raw.asStrided(g2, [input.numel(), d], [d, 1], g2.offset);
       const full = raw.expandTo(raw.asStrided(idx, [input.numel(), 1], [1, 0], idx.offset), [input.numel(), d]);
-      const gw = raw.scatterAdd(raw.empty(weight.shape, g.dtype), 0, full, src);
+      const gw = raw.scatterAdd(raw.empty(weight.shape, g.dtype, g.device), 0, full, src);
       if (pad !== undefined) {
         raw.copyInto(raw.asStrided(gw, [d], [1], pad * d), 0);
       }
@@ -103,7 +107,7 @@ export function maskedSoftmax(x: Tensor, mask: Tensor, divisor: number): Tensor 
     (g) => {
       const gx = raw.softmaxBackward(out, g, out.ndim - 1, false);
       // NB: divided in place (gx is fresh; an elementwise out may alias an input)
-      getBackend().binary("div", gx, raw.expandTo(raw.scalarTensor(divisor, gx.dtype), gx.shape), gx);
+      getBackend().binary("div", gx, raw.expandTo(raw.scalarTensor(divisor, gx.dtype, gx.device), gx.shape), gx);
       return [gx];
     },
     [out],

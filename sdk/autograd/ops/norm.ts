@@ -34,9 +34,9 @@ export function layerNorm(
   const flat = (t: Tensor | null) => (t ? rowsView(raw.cast(raw.contiguous(t), x.dtype), 1, d) : null);
   const w = flat(weight);
   const b = flat(bias);
-  const out = raw.output([rows, d], x.dtype);
-  const mean = raw.output([rows, 1], x.dtype);
-  const rstd = raw.output([rows, 1], x.dtype);
+  const out = raw.output([rows, d], x.dtype, x.device);
+  const mean = raw.output([rows, 1], x.dtype, x.device);
+  const rstd = raw.output([rows, 1], x.dtype, x.device);
   getBackend().layerNorm(
     x2,
     w && raw.asStrided(w, [d], [1], w.offset),
@@ -55,9 +55,9 @@ export function layerNorm(
       // one fused kernel (Backend.layerNormBackward) for the three gradients
       const g2 = rowsView(raw.cast(raw.contiguous(g), x.dtype), rows, d);
       // NB: uninitialised: the kernels write every element of each output they are given
-      const gx = needs[0] ? raw.output([rows, d], x.dtype) : null;
-      const gw = needs[1] && weight ? raw.output([d], x.dtype) : null;
-      const gb = needs[2] && bias ? raw.output([d], x.dtype) : null;
+      const gx = needs[0] ? raw.output([rows, d], x.dtype, x.device) : null;
+      const gw = needs[1] && weight ? raw.output([d], x.dtype, x.device) : null;
+      const gb = needs[2] && bias ? raw.output([d], x.dtype, x.device) : null;
       getBackend().layerNormBackward(
         g2,
         x2,

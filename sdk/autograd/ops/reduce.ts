@@ -8,6 +8,7 @@ import { type DType, getDefaultDType, isFloating } from "../../tensor/dtype.js";
 import * as raw from "../../tensor/raw.js";
 import { contiguousStrides, normDim, normDims } from "../../tensor/shape.js";
 import { Tensor } from "../../tensor/tensor.js";
+import { toDevice } from "../../tensor/device_copy.js";
 import { recordOp } from "../function.js";
 import { div, mul, sub } from "./elementwise.js";
 
@@ -92,7 +93,7 @@ function extremeDim(op: "max" | "min", x: Tensor, dim: number, keepdim: boolean)
     [x],
     (g) => {
       const gk = keepdim ? g : reshapeContig(g, indicesK.shape);
-      return [raw.scatterAdd(raw.empty(x.shape, g.dtype), d, indicesK, gk)];
+      return [raw.scatterAdd(raw.empty(x.shape, g.dtype, g.device), d, indicesK, gk)];
     },
     [indicesK],
   );
@@ -196,7 +197,8 @@ export function prod(x: Tensor, dim?: number, keepdim = false): Tensor {
       }
       const others = raw.newStorageTensor(x.shape, "float64");
       (others.storage.data as Float64Array).set(res);
-      const o = raw.cast(others, g.dtype);
+      // NB: the products are found on the host; a CUDA input gets them back on its device
+      const o = toDevice(raw.cast(others, g.dtype), x.device);
       return [raw.binary("mul", expandBack(g, x.shape, d, kd), o)];
     },
     [x],

@@ -107,7 +107,7 @@ export function slice(x: Tensor, dim: number, start = 0, end?: number, step = 1)
   strides[d] = x.strides[d]! * step;
   const out = makeView(x, shape, strides, x.offset + s * x.strides[d]!);
   return recordOp("SliceBackward0", out, [x], (g) => {
-    const z = raw.empty(x.shape, g.dtype);
+    const z = raw.empty(x.shape, g.dtype, g.device);
     raw.copyInto(
       raw.asStrided(
         z,
@@ -143,7 +143,7 @@ export function select(x: Tensor, dim: number, index: number): Tensor {
   const strides = x.strides.filter((_, k) => k !== d);
   const out = makeView(x, shape, strides, x.offset + i * x.strides[d]!);
   return recordOp("SelectBackward0", out, [x], (g) => {
-    const z = raw.empty(x.shape, g.dtype);
+    const z = raw.empty(x.shape, g.dtype, g.device);
     const zs = contiguousStrides(x.shape);
     raw.copyInto(
       raw.asStrided(
@@ -229,7 +229,7 @@ export function cat(tensors: readonly Tensor[], dim = 0): Tensor {
   }
   const shape = [...ref.shape];
   shape[d] = parts.reduce((s, p) => s + p.shape[d]!, 0);
-  const out = raw.empty(shape, dtype);
+  const out = raw.empty(shape, dtype, ref.device);
   const strides = contiguousStrides(shape);
   let at = 0;
   const starts: number[] = [];

@@ -91,7 +91,9 @@ export class GPT extends Module<[Tensor, Tensor?], GPTOutput> {
     const T = idx.shape[1]!;
     if (T > this.config.blockSize)
       throw new ShapeError(`Cannot forward sequence of length ${T}, block size is only ${this.config.blockSize}`);
-    let x = this.drop.forward(this.wte.forward(idx).add(this.wpe.forward(arange(T))));
+    let x = this.drop.forward(
+      this.wte.forward(idx).add(this.wpe.forward(arange(T, undefined, 1, { device: idx.device }))),
+    );
     for (const b of this.blocks) x = b.forward(x);
     return this.lnF.forward(x);
   }
@@ -124,7 +126,7 @@ export class GPT extends Module<[Tensor, Tensor?], GPTOutput> {
         else {
           let l = logits.div(temperature);
           if (opts.topK !== undefined) l = keepTopK(l, opts.topK);
-          next = multinomial(l.softmax(-1), 1, false, { generator: opts.generator });
+          next = multinomial(l.softmax(-1), 1, false, { generator: opts.generator, device: out.device });
         }
         out = cat([out, next], 1);
       }
@@ -143,5 +145,8 @@ function keepTopK(logits: Tensor, k: number): Tensor {
     const row = vals.slice(r * V, (r + 1) * V).sort((a, b) => b - a);
     thresholds.push([row[kk - 1]!]);
   }
-  return logits.maskedFill(logits.lt(tensor(thresholds, { dtype: logits.dtype })), Number.NEGATIVE_INFINITY);
+  return logits.maskedFill(
+    logits.lt(tensor(thresholds, { dtype: logits.dtype, device: logits.device })),
+    Number.NEGATIVE_INFINITY,
+  );
 }

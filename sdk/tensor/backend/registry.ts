@@ -2,11 +2,14 @@
  * Backends by name. The TS backend is always registered; the native backend
  * registers itself when its addon loads. `TPRPC_BACKEND=ts|native` picks the
  * default at start-up; `setBackend(name)` switches at run time (tests run the
- * same suite once per backend this way).
+ * same suite once per backend this way). These are the CPU backends:
+ * getBackend() returns a router (./router.ts) that sends the kernels of
+ * tensors on other devices to that device's kernel backend.
  */
 import { ValueError } from "../../errors/index.js";
 import type { Backend } from "./interface.js";
 import { TsBackend } from "./ts/index.js";
+import { DeviceRouter } from "./router.js";
 
 const backends = new Map<string, Backend>();
 let current: Backend;
@@ -23,8 +26,11 @@ export function registerBackend(b: Backend, opts: { preferred?: boolean } = {}):
     current = b;
 }
 
+const router = new DeviceRouter(() => current);
+
+/** The backend that runs a kernel: the current CPU backend, or the kernels of the tensors' device. */
 export function getBackend(): Backend {
-  return current;
+  return router;
 }
 
 export function setBackend(name: string): void {

@@ -1,7 +1,9 @@
 /**
  * The CUDA DeviceBackend: device memory and copies through the CUDA driver
  * API (the addon's gpu() namespace, handed in by sdk/index.ts; the tensor
- * layer never loads native code).
+ * layer never loads native code). Ops on CUDA tensors are the kernel
+ * backend's (./kernels.ts); the emulated device (TPRPC_CUDA=emulate) gives
+ * this class its memory through ./emulated_memory.ts instead of the driver.
  *
  * Memory: every storage's bytes come from the addon's caching allocator
  * (native/src/gpu/caching_allocator.h: per device and stream, as torch's),

@@ -1,0 +1,21 @@
+/**
+ * CUDA tensors end to end (./cuda_suite.ts) on a real GPU. Skipped by capability where no CUDA
+ * device is usable or TPRPC_CUDA picks another mode; a device run (issue 21) runs it.
+ * NB: written before any GPU run; a failure here on a GPU is news, not noise.
+ */
+import { describe, it } from "vitest";
+import { cuda } from "../../sdk/index.js";
+import { cudaKernelInfo } from "../../sdk/native/cuda_kernels.js";
+import { describeCudaSuite } from "./cuda_suite.js";
+
+const mode = process.env.TPRPC_CUDA;
+const usable = mode !== "emulate" && mode !== "0" && cuda.isAvailable();
+if (!usable) console.warn("[test/cuda/device] skipped: no usable CUDA device here (issue 21 runs it on a GPU)");
+
+if (usable)
+  describeCudaSuite("CUDA tensors on this machine's cuda:0", "device", () => {
+    const info = cudaKernelInfo();
+    if (!info || info.fatbinBytes === 0)
+      throw new Error(`this addon has no CUDA kernels: ${info?.fatbinReason ?? "the addon did not load"}`);
+  });
+else describe.skip("CUDA tensors on this machine's cuda:0", () => it("needs a GPU", () => undefined));
