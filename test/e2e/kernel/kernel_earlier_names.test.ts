@@ -72,6 +72,8 @@ describe.skipIf(!hasJupyter)("tprpc kernel: an earlier cell's names in a later c
       ["const m = { aa() { return aa + 1; }, get bb() { return aa + 2; } };\n[m.aa(), m.bb]", "[ 2, 3 ]"],
       ["namespace Ns { export const v = { aa }; }\nNs.v", "{ aa: 1 }"],
       ["enum En { A = aa + 1 }\nEn.A", "2"],
+      // NB: tslab compiles this to `exports.aa = void 0;`, a line the kernel removes (partial_cell.ts).
+      ["export { aa };\naa", "1"],
     ];
     const bad: string[] = [];
     for (const [code, want] of cases) {
