@@ -10,7 +10,8 @@
  *    error is kept for the cell's error output, the last expression becomes an
  *    execute_result with a rich MIME bundle (tensors render as tables). A cell
  *    that fails or is interrupted keeps the declarations whose statements ran
- *    (keepPartialCells, partial_cell.ts).
+ *    (keepPartialCells, partial_cell.ts). Shorthand properties are written out
+ *    before tslab compiles a cell, so an earlier cell's name in `{ aa }` works (shorthand.ts).
  * 2. ZmqServer.handleExecute: also publishes the cell's `error` output (ename,
  *    evalue, traceback — with the remote stack of a RemoteError) and puts them in
  *    the execute_reply; tslab alone only writes errors to stderr.
@@ -37,6 +38,7 @@ import * as tprpc from "tprpc";
 import { compileErrorContent, errorContent, interruptContent, type ErrorContent } from "./error_output.js";
 import { ExecQueue, type ExecRequestFlags } from "./exec_queue.js";
 import { assignsExport, mergeDecls, splitExportInit } from "./partial_cell.js";
+import { expandShorthand } from "./shorthand.js";
 
 const require = createRequire(import.meta.url);
 
@@ -150,7 +152,11 @@ function keepPartialCells(conv: Converter): { run: (execute: () => Promise<boole
   const inspect = conv.inspect.bind(conv);
   const complete = conv.complete.bind(conv);
   conv.convert = (_prev, src) => {
-    const r = convert(prevDecl, src);
+    // NB: tslab leaves the earlier cells' names in shorthand properties bare (shorthand.ts).
+    const expanded = expandShorthand(ts, src);
+    let r = convert(prevDecl, expanded);
+    // NB: a cell that does not compile is reported on the text the user wrote.
+    if (expanded !== src && r.diagnostics.length) r = convert(prevDecl, src);
     const split = r.output ? splitExportInit(r.output) : { names: [], js: r.output };
     last = Object.assign(r, { output: split.js, names: split.names });
     return r;
