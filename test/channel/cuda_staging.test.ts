@@ -8,8 +8,10 @@
 import { describe, expect, it } from "vitest";
 import { senderSteps, stagingChunks, STAGING_CHUNK_BYTES } from "../../sdk/channel/cuda_staging/schedule.js";
 import { Stager } from "../../sdk/channel/cuda_staging/staging.js";
-import { ValueError } from "../../sdk/errors/index.js";
-import { GpuWorld, StandinDriver } from "./gpu_standin.js";
+import { createCudaStagingContext } from "../../sdk/channel/cuda_staging/index.js";
+import type { ChannelBuffer, DeviceBuffer } from "../../sdk/channel/interface.js";
+import { ValueError, WorkerUnavailableError } from "../../sdk/errors/index.js";
+import { GpuWorld, StandinDriver, bootstrapPair } from "./gpu_standin.js";
 import { StagingStandin, lanePair } from "./staging_standin.js";
 
 const MiB = 1 << 20;
@@ -132,5 +134,54 @@ describe("cuda_staging data path against the stand-in driver", () => {
     expect(Buffer.from(b.view(dst, n)).equals(Buffer.from(a.view(src, n)))).toBe(true);
     // The receiver took chunk 1 while chunk 0's host-to-device copy was pending, and chunk 2 only after.
     expect(tb.slice(0, 4)).toEqual(["recv 0", "h2d 0", "recv 1", "h2d 1"]);
+  });
+});
+
+describe("the cuda_staging channel of a pipe, over the stand-in", () => {
+  const dev = (ptr: bigint, byteLength: number): DeviceBuffer => ({
+    kind: "cuda",
+    deviceIndex: 0,
+    memory: { handle: ptr },
+    offset: 0,
+    byteLength,
+  });
+  async function channels() {
+    const world = new GpuWorld();
+    const a = new StandinDriver(world, "A");
+    const b = new StandinDriver(world, "B");
+    const [ba, bb, closePipe] = bootstrapPair("cuda_staging");
+    const ctx = (m: StandinDriver) => createCudaStagingContext({ dataPath: true, calls: new StagingStandin(world, m) });
+    const [ta, tb] = await Promise.all([ctx(a).createChannel(ba), ctx(b).createChannel(bb)]);
+    return { world, a, b, ta, tb, closePipe };
+  }
+
+  it("carries cuda-cuda, cuda-cpu and cpu-cuda transfers, several at once, intact", async () => {
+    const { a, b, ta, tb } = await channels();
+    const n = 9 * MiB + 5;
+    const src = a.alloc(n);
+    fill(a.view(src, n), 11);
+    const host = new Uint8Array(3 * MiB + 1);
+    fill(host, 12);
+    const d1 = b.alloc(n);
+    const d2 = b.alloc(host.byteLength);
+    const h1 = new Uint8Array(n);
+    const sends = [ta.send(dev(src, n)), ta.send(dev(src, n)), ta.send({ kind: "cpu", bytes: host })];
+    const intos: ChannelBuffer[] = [dev(d1, n), { kind: "cpu", bytes: h1 }, dev(d2, host.byteLength)];
+    await Promise.all([...sends.map((s) => s.done), ...sends.map((s, i) => tb.recv(s.descriptor, intos[i]!))]);
+    const want = Buffer.from(a.view(src, n));
+    expect(Buffer.from(b.view(d1, n)).equals(want)).toBe(true);
+    expect(Buffer.from(h1).equals(want)).toBe(true);
+    expect(Buffer.from(b.view(d2, host.byteLength)).equals(Buffer.from(host))).toBe(true);
+  });
+
+  it("close fails pending transfers with WorkerUnavailableError", async () => {
+    const { world, a, b, ta, tb, closePipe } = await channels();
+    world.autoComplete = false;
+    const s = ta.send(dev(a.alloc(100), 100));
+    const r = tb.recv(s.descriptor, dev(b.alloc(100), 100));
+    closePipe();
+    await expect(s.done).rejects.toBeInstanceOf(WorkerUnavailableError);
+    await expect(r).rejects.toBeInstanceOf(WorkerUnavailableError);
+    expect(ta.closed && tb.closed).toBe(true);
   });
 });

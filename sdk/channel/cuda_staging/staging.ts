@@ -65,11 +65,14 @@ export class PinnedPool {
   }
 }
 
-function until(ready: () => boolean, pollMs: number): Promise<void> {
+/** Polls `ready` until it says true, or until `stopped()` names an error (then rejects with it). */
+function until(ready: () => boolean, pollMs: number, stopped: () => Error | null): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     const poll = (): void => {
       try {
-        if (ready()) resolve();
+        const e = stopped();
+        if (e) reject(e);
+        else if (ready()) resolve();
         else setTimeout(poll, pollMs);
       } catch (e) {
         reject(e as Error);
@@ -85,6 +88,8 @@ export class Stager {
   private readonly slots: number;
   private readonly pollMs: number;
   private readonly trace: (s: string) => void;
+  private stoppedWith: Error | null = null;
+  private readonly stopped = (): Error | null => this.stoppedWith;
 
   constructor(
     private readonly driver: StagingDriver,
@@ -95,6 +100,11 @@ export class Stager {
     this.pollMs = opts.pollMs ?? 1;
     this.trace = opts.trace ?? (() => undefined);
     this.pool = new PinnedPool(driver, this.chunkBytes);
+  }
+
+  /** Stops waiting: pending and later transfers reject with `error` (the pipe closed). */
+  close(error: Error): void {
+    this.stoppedWith ??= error;
   }
 
   /** Sends [ptr, ptr + byteLength) on `device` through `lane`; resolves once every chunk was handed over. */
@@ -113,7 +123,7 @@ export class Stager {
         this.trace(`d2h ${c.index}`);
         const ready = d.fence(device, stream);
         last = sent[c.index] = last
-          .then(() => until(ready, this.pollMs))
+          .then(() => until(ready, this.pollMs, this.stopped))
           .then(() => {
             this.trace(`send ${c.index}`);
             return lane.send(view);
@@ -143,7 +153,7 @@ export class Stager {
         this.trace(`recv ${c.index}`);
         d.htod(device, ptr, c.offset, view, stream);
         this.trace(`h2d ${c.index}`);
-        const p = until(d.fence(device, stream), this.pollMs);
+        const p = until(d.fence(device, stream), this.pollMs, this.stopped);
         p.catch(() => undefined);
         copied[c.index] = p;
       }

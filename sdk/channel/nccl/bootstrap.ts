@@ -24,10 +24,11 @@ import { NCCL_UNIQUE_ID_BYTES, NcclError, type NcclDriver } from "./driver.js";
 
 type SetupMsg = { ncclId?: Uint8Array; ncclInit?: number; message?: string };
 
-function untilFence(ready: () => boolean, pollMs: number): Promise<void> {
+function untilFence(ready: () => boolean, pollMs: number, closed: () => boolean): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     const poll = (): void => {
       try {
+        if (closed()) return; // NB: close() already rejected the caller's promise
         if (ready()) resolve();
         else setTimeout(poll, pollMs);
       } catch (e) {
@@ -161,7 +162,7 @@ function ncclChannel(
           throw new ChannelNotViableError("nccl moves device buffers only; a host buffer came");
         new DataView(descriptor.buffer).setFloat64(0, buffer.byteLength, true);
         d.send(comm, devicePointer(buffer.memory) + BigInt(buffer.offset), buffer.byteLength, peer, stream);
-        return { descriptor, done: track(untilFence(d.fence(device, stream), pollMs)) };
+        return { descriptor, done: track(untilFence(d.fence(device, stream), pollMs, () => closed)) };
       } catch (e) {
         return { descriptor, done: Promise.reject(e as Error) };
       }
@@ -173,7 +174,7 @@ function ncclChannel(
       if (into.kind !== "cuda") throw new ChannelNotViableError("nccl receives into device buffers only");
       if (into.byteLength !== n) throw new ProtocolError(`nccl: ${n} bytes sent, destination holds ${into.byteLength}`);
       d.recv(comm, devicePointer(into.memory) + BigInt(into.offset), n, peer, stream);
-      await track(untilFence(d.fence(device, stream), pollMs));
+      await track(untilFence(d.fence(device, stream), pollMs, () => closed));
     },
     close,
   };
