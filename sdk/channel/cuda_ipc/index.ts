@@ -8,25 +8,22 @@
  * lists this process's GPUs by PCI bus id, so the peer can tell which
  * physical device a buffer is on.
  *
- * The transfer protocol (to be built on a GPU machine, issue 9 part B):
- * 1. Sender: cuIpcGetMemHandle for the allocation holding the buffer (cached
- *    per allocation), record an event on the sender's stream after the
- *    producer's work, cuIpcGetEventHandle; the descriptor carries
- *    {memHandle, offset, byteLength, eventHandle}.
- * 2. Receiver: cuIpcOpenMemHandle (cached per handle), make its stream wait on
- *    the opened event (so the copy starts after the producer finished), copy
- *    device to device into the destination on that stream, record an event.
- * 3. Receiver: when that event completes, send "done" over the bootstrap; the
- *    sender resolves `done` then, and only then may the caching allocator
- *    reuse the memory.
- * 4. close(): close every opened handle (cuIpcCloseMemHandle) and fail pending.
+ * The transfer protocol is told in ./protocol.ts (IPC memory handles per
+ * caching-allocator segment, opened once and cached by the receiver;
+ * interprocess events for stream ordering; the sender's `done` only after the
+ * receiver's copy completed) and joined to a pipe in ./channel.ts. Both run
+ * against a driver interface (./driver.ts) and are tested on the CPU against
+ * a stand-in driver (test/channel/cuda_ipc.test.ts).
  *
- * Until that data path exists, the context is never viable: whyNotViable()
+ * NB: no GPU run has checked this path. The native binding of CudaIpcDriver
+ * is not written, so by default the context is never viable: whyNotViable()
  * names the first thing missing (the driver's reason on machines without one).
  */
 import { ChannelNotViableError } from "../../errors/index.js";
 import { type CudaDeviceInfo, type GpuLibrary, cudaDevices, gpuLibrary } from "../../native/gpu.js";
 import { CHANNEL_PRIORITY, type ChannelContext, registerChannel } from "../index.js";
+import { createCudaIpcChannel } from "./channel.js";
+import type { CudaIpcDriver } from "./driver.js";
 
 export interface CudaIpcDeps {
   /** The CUDA driver loader. */
@@ -35,6 +32,8 @@ export interface CudaIpcDeps {
   devices(): CudaDeviceInfo[];
   /** Whether this build has the IPC data path (false until issue 9 part B). */
   dataPath: boolean;
+  /** The IPC driver calls (./driver.ts); with dataPath, channels are built on it. */
+  ipc?: CudaIpcDriver;
 }
 
 const NO_DATA_PATH =
@@ -64,6 +63,7 @@ export function createCudaIpcContext(
       };
     },
     createChannel(b) {
+      if (why() === undefined && deps.ipc) return Promise.resolve(createCudaIpcChannel(b, deps.ipc));
       return Promise.reject(
         new ChannelNotViableError(`cuda_ipc to "${b.peerName}" cannot be set up: ${why() ?? NO_DATA_PATH}`),
       );

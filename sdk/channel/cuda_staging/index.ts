@@ -5,23 +5,18 @@
  * cross as a CPU transfer. Any two workers can use it (domain "any"), so it
  * ranks below every direct path: CUDA_STAGING_PRIORITY, under tcp's.
  *
- * The protocol (to be built on a GPU machine, issue 9 part B):
- * 1. Sender with a GPU buffer: copy it device to host into a pinned block
- *    (cuMemAllocHost, pooled) on a stream that waits for the producer; a CPU
- *    buffer is sent as it is.
- * 2. The host bytes cross over a TCP connection the channel opens at setup
- *    (authenticated with the group secret, sdk/transport/auth.ts); `done`
- *    resolves once they are written (the GPU buffer was free after step 1).
- * 3. Receiver into a GPU destination: bytes land in a pinned block, then one
- *    host-to-device copy on the receiver's stream; into a CPU destination,
- *    directly.
- * This is the path PyTorch's RPC takes when tensors go through the CPU; the
- * recipe measures direct device maps against it.
- *
- * Until that data path exists the context is never viable.
+ * The data path: ./schedule.ts plans 4 MiB chunks over two pinned slots,
+ * ./staging.ts runs them (device -> pinned -> host lane -> pinned -> device,
+ * copies overlapped), ./channel.ts joins that to a pipe (host bytes as chunk
+ * messages over the bootstrap), ./native_driver.ts binds it to the addon.
+ * Tested against stand-ins (test/channel/cuda_staging.test.ts,
+ * test/native/cuda_staging_native.test.ts); no GPU run has checked it, so by
+ * default (dataPath false) the context stays not viable.
  */
 import { ChannelNotViableError } from "../../errors/index.js";
 import { CHANNEL_PRIORITY, type ChannelContext, registerChannel } from "../index.js";
+import { createCudaStagingChannel } from "./channel.js";
+import type { StagingDriver } from "./staging.js";
 
 /** Below tcp's (the slowest direct path), so it is chosen only where nothing direct exists. */
 export const CUDA_STAGING_PRIORITY = CHANNEL_PRIORITY.tcp / 2;
@@ -29,6 +24,8 @@ export const CUDA_STAGING_PRIORITY = CHANNEL_PRIORITY.tcp / 2;
 export interface CudaStagingDeps {
   /** Whether this build has the staging data path (false until issue 9 part B). */
   dataPath: boolean;
+  /** The driver calls (./staging.ts); with dataPath, channels are built on them. */
+  calls?: StagingDriver;
 }
 
 const NO_DATA_PATH =
@@ -55,6 +52,7 @@ export function createCudaStagingContext(deps: CudaStagingDeps = { dataPath: fal
       };
     },
     createChannel(b) {
+      if (why() === undefined && deps.calls) return Promise.resolve(createCudaStagingChannel(b, deps.calls));
       return Promise.reject(
         new ChannelNotViableError(`cuda_staging to "${b.peerName}" cannot be set up: ${why() ?? NO_DATA_PATH}`),
       );

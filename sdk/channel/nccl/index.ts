@@ -7,24 +7,22 @@
  * Domain: the NCCL major.minor version (ranks of one communicator must run
  * the same NCCL), so mismatched peers fall back to another channel.
  *
- * The protocol (to be built on a GPU machine, issue 9 part B):
- * 1. Setup over the pipe's control connection: the acceptor is rank 0; it
- *    calls ncclGetUniqueId (sdk/native/gpu.ts) and sends the 128-byte id
- *    through the bootstrap; both sides call ncclCommInitRank(comm, 2, id,
- *    rank) off the JS thread, bounded by bootstrap.timeoutMs (ncclCommAbort
- *    on timeout).
- * 2. send: ncclSend(buffer, peer) on the channel's stream after an event
- *    from the producer's stream; `done` resolves when the stream passes it.
- * 3. recv: ncclRecv(into, peer) in the order of the sends (NCCL matches
- *    point-to-point calls in order, which the channel interface guarantees).
- * 4. close(): ncclCommAbort if transfers are pending, else ncclCommDestroy.
+ * The setup and transfers are told in ./bootstrap.ts (rank 0 = acceptor makes
+ * the ncclUniqueId and sends it over the pipe's control connection; both ranks
+ * ncclCommInitRank(2); both results are exchanged so a failure on either rank
+ * makes both fall back to cuda_staging, ncclOrStaging), over the driver
+ * interface of ./driver.ts, tested against a stand-in (test/channel/nccl.test.ts).
  *
- * Until that data path exists the context is never viable; whyNotViable()
- * names the first missing piece.
+ * NB: NCCL needs one GPU per rank. The machines lent to this project have one
+ * GPU, so NCCL cannot run there, and no device run has checked this path. The
+ * native binding of NcclDriver is not written, so by default the context is
+ * never viable; whyNotViable() names the first missing piece.
  */
 import { ChannelNotViableError } from "../../errors/index.js";
 import { type CudaDeviceInfo, type GpuLibrary, cudaDevices, gpuLibrary } from "../../native/gpu.js";
 import { CHANNEL_PRIORITY, type ChannelContext, registerChannel } from "../index.js";
+import { setupNcclChannel } from "./bootstrap.js";
+import type { NcclDriver } from "./driver.js";
 
 export interface NcclDeps {
   driver: GpuLibrary;
@@ -32,6 +30,8 @@ export interface NcclDeps {
   devices(): CudaDeviceInfo[];
   /** Whether this build has the NCCL data path (false until issue 9 part B). */
   dataPath: boolean;
+  /** The NCCL calls (./driver.ts); with dataPath, channels are built on them (on GPU 0). */
+  calls?: NcclDriver;
 }
 
 const NO_DATA_PATH = "this tprpc build has no nccl data path yet (communicator per pipe, send/recv; issue 9 part B)";
@@ -57,6 +57,7 @@ export function createNcclContext(
       return { name: "nccl", priorities: { "cuda-cuda": CHANNEL_PRIORITY.nccl }, domain: `nccl-${v}` };
     },
     createChannel(b) {
+      if (why() === undefined && deps.calls) return setupNcclChannel(b, deps.calls, 0);
       return Promise.reject(
         new ChannelNotViableError(`nccl to "${b.peerName}" cannot be set up: ${why() ?? NO_DATA_PATH}`),
       );
