@@ -18,8 +18,9 @@ log() { echo "[setup] $*"; }
 #    python3-jupyter-server runs the notebooks headless (npm run notebooks: `python3 -m jupyter_server`, as Debian
 #    ships no jupyter-server command); jupyter-client and jupyter-core give `jupyter kernelspec list`.
 #    iperf3 and iproute2 (`ip`) let test/channel/tcp_veth.test.ts compare the tcp channel with iperf3 across a
-#    veth pair between two network namespaces.
-APT_PACKAGES=(python3-torch python3-numpy libopenblas0-pthread libopenblas-pthread-dev libucx0 python3-jupyter-server jupyter-client jupyter-core iperf3 iproute2)
+#    veth pair between two network namespaces. tcpdump captures the bridge of test/multihost (simulated hosts:
+#    namespaces on a bridge, checking that TLS leaves no plain tensor byte on the wire).
+APT_PACKAGES=(python3-torch python3-numpy libopenblas0-pthread libopenblas-pthread-dev libucx0 python3-jupyter-server jupyter-client jupyter-core iperf3 iproute2 tcpdump)
 # The addon's compiler toolchain (node-gyp needs python3, make and a C++17 compiler).
 command -v g++ >/dev/null 2>&1 || APT_PACKAGES+=(g++)
 command -v make >/dev/null 2>&1 || APT_PACKAGES+=(make)

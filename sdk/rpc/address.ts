@@ -58,7 +58,16 @@ export function routeSource(host: string, port: number, timeoutMs = 5_000): Prom
     );
     sock.connect(port, host, () => {
       try {
-        done(null, sock.address().address);
+        const addr = sock.address().address;
+        // NB: on a host without a route to it, Linux may still "connect" the socket, to no source address
+        if (addr === "0.0.0.0" || addr === "::")
+          return done(
+            new AddressError(
+              `no address of this host reaches the group's master ${host}:${port} (no route to it); ` +
+                "check the master address, or set TPRPC_ADDR / TPRPC_IFACE (tprpc launch --iface)",
+            ),
+          );
+        done(null, addr);
       } catch (e) {
         done(e as Error);
       }

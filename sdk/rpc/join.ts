@@ -1,7 +1,8 @@
 /**
  * initRpc's network part, before an Agent exists:
  * 1. choose the channels this worker offers (options.channels, else
- *    TPRPC_CHANNELS, else every viable one) and its capabilities;
+ *    TPRPC_CHANNELS, else every viable one but ucx when TLS guards the group
+ *    across hosts: ucx is not encrypted) and its capabilities;
  * 2. choose the address to advertise (./address.ts) and listen for peers on
  *    an authenticated TCP transport (loopback when that address is, else
  *    every interface);
@@ -15,12 +16,14 @@
  * the store for a while (LINGER_MS), so the ranks still connecting read the
  * refusal there instead of waiting out their init timeout.
  */
+import { registeredChannels } from "../channel/index.js";
 import type { Capabilities } from "../channel/interface.js";
 import { ValueError } from "../errors/index.js";
 import { checkAllowedChannels, localCapabilities, parseChannelList } from "../pipe/index.js";
 import { deviceBackendFor } from "../tensor/backend/devices.js";
 import type { TransportListener } from "../transport/interface.js";
 import { tcpTransport } from "../transport/tcp/index.js";
+import { wantsTls } from "../transport/tls.js";
 import { advertisedAddress, isLoopback } from "./address.js";
 import { type InitConfig, type Membership, StoreClient, StoreServer, rendezvous } from "./rendezvous/index.js";
 
@@ -70,8 +73,13 @@ export async function joinGroup(config: InitConfig, pipes: AgentPipeOptions = {}
     lingering.delete(config.port);
     await old.close();
   }
-  const allowed = parseChannelList(pipes.channels ?? process.env.TPRPC_CHANNELS);
+  let allowed = parseChannelList(pipes.channels ?? process.env.TPRPC_CHANNELS);
   checkAllowedChannels(allowed);
+  // NB: ucx's bytes are not encrypted: where TLS guards a group across hosts, ucx is used only when named
+  if (allowed === null && wantsTls(config.host))
+    allowed = registeredChannels()
+      .map((c) => c.name)
+      .filter((n) => n !== "ucx");
   const cuda = cudaDevices();
   const caps = localCapabilities(config.name, allowed, { cpu: 1, cuda });
   // NB: the store (rank 0) stays on loopback for a loopback group; our listener binds the advertised
