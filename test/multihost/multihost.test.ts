@@ -2,7 +2,8 @@
  * Several hosts simulated by network namespaces on one bridge (./netns.ts), each running
  * `tprpc launch` with two workers of one group:
  * 1. the training job of fixtures/train.mjs over 2 hosts gives exactly the losses and weights of the
- *    same job on one host (4 processes on loopback);
+ *    same job on one host (4 processes on loopback); host 0's workers find their address by the route to
+ *    the master, host 1's by `--iface eth0`;
  * 2. with TPRPC_TLS at its default (auto), a capture of every byte on the bridge's ports (tcpdump) holds no
  *    byte of the job's marker tensor nor of the shipped function's source; the same job with
  *    TPRPC_TLS=off shows both in the capture (so the capture would have seen them);
@@ -107,6 +108,8 @@ async function job(
             String(r),
             "--nproc-per-node",
             "2",
+            // NB: host 1 names its interface; the others find it by the route to the master
+            ...(r === 1 ? ["--iface", "eth0"] : []),
           ].concat(["--master-addr", bed.addr(hosts[0]!), "--master-port", PORT, TRAIN]),
           { env: e, stdio: ["ignore", "inherit", "inherit"] },
         ),
