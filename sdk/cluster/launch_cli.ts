@@ -31,6 +31,8 @@ options:
   --max-restarts K      start a failed child again, up to K times in all (default 0)
   --worker              run \`tprpc worker --name worker<RANK>\` children instead of a script
   --no-node             run SCRIPT as an executable, not with node
+  --dynamic             a group without a fixed size: WORLD_SIZE is left empty, members join and leave at
+                        will, and a restarted child rejoins it (rpc.onWorkerJoin / onWorkerLeave)
   --iface NAME          advertise the address of this network interface (TPRPC_IFACE for the children)
   --tls off|auto|on     encryption between hosts (TPRPC_TLS for the children; default auto)
   --grace-ms MS         after a forwarded signal or a failure, SIGKILL the children still alive after MS
@@ -54,7 +56,7 @@ const VALUED: Record<string, Key> = {
   tls: "tls",
   "grace-ms": "graceMs",
 };
-const BOOLEAN: Record<string, Key> = { worker: "worker", "no-node": "noNode" };
+const BOOLEAN: Record<string, Key> = { worker: "worker", "no-node": "noNode", dynamic: "dynamic" };
 
 /** A command line that cannot be run: exit 2 with the usage. */
 export class LaunchUsageError extends ValueError {}

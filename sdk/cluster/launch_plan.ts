@@ -15,7 +15,8 @@
  *
  * Child i of node n (i < nprocPerNode) is global rank n * nprocPerNode + i, and gets RANK, WORLD_SIZE,
  * LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
- * TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS (torchrun's set) and TPRPC_SECRET.
+ * TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS (torchrun's set) and TPRPC_SECRET; with
+ * --dynamic, WORLD_SIZE is empty (a dynamic group: a restarted child rejoins it).
  */
 import { ValueError } from "../errors/index.js";
 
@@ -32,6 +33,7 @@ export interface LaunchFlags {
   graceMs?: string;
   worker?: boolean;
   noNode?: boolean;
+  dynamic?: boolean;
   /** The script and its arguments (script mode). */
   command: string[];
 }
@@ -50,6 +52,8 @@ export interface LaunchPlan {
   /** Script mode: the script (run with node unless noNode) and its arguments; worker mode: null. */
   command: string[] | null;
   noNode: boolean;
+  /** A group without a fixed size: the children get no WORLD_SIZE (members join and leave at will). */
+  dynamic: boolean;
   /** Set for the children when given (TPRPC_IFACE, TPRPC_TLS). */
   iface?: string;
   tls?: "off" | "auto" | "on";
@@ -161,6 +165,7 @@ export function resolvePlan(f: LaunchFlags, env: NodeJS.ProcessEnv = process.env
     graceMs: whole(f.graceMs, "--grace-ms", 0) ?? 5_000,
     command: f.worker ? null : f.command,
     noNode: f.noNode === true,
+    dynamic: f.dynamic === true,
     iface: f.iface,
     tls,
     secret,
@@ -189,6 +194,8 @@ export function childEnv(plan: LaunchPlan, i: number, secret: string, restarts: 
     TORCHELASTIC_MAX_RESTARTS: String(plan.maxRestarts),
     TPRPC_SECRET: secret,
   };
+  // NB: an empty WORLD_SIZE is a dynamic group to initRpc (and it overrides one the launcher inherited)
+  if (plan.dynamic) env.WORLD_SIZE = env.ROLE_WORLD_SIZE = "";
   if (plan.iface !== undefined) env.TPRPC_IFACE = plan.iface;
   if (plan.tls !== undefined) env.TPRPC_TLS = plan.tls;
   return env;

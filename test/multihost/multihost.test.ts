@@ -25,6 +25,7 @@ const root = path.resolve(import.meta.dirname, "../..");
 const TPRPC = path.join(root, "bin/tprpc.mjs");
 const TRAIN = path.join(root, "test/multihost/fixtures/train.mjs");
 const INTRUDER = path.join(root, "test/multihost/fixtures/intruder.mjs");
+const ELASTIC = path.join(root, "test/multihost/fixtures/elastic.mjs");
 const PORT = "29517";
 const SECRET = "multihost-test-secret";
 
@@ -175,6 +176,23 @@ function runIn(ns: string, args: string[], env: NodeJS.ProcessEnv): string {
   return `${r.stdout}${r.stderr}`;
 }
 
+/** The pid in host h's namespace whose command line passes `test`. */
+function pidIn(h: number, test: (cmdline: string) => boolean): number | undefined {
+  return bed.pids(bed.ns(h)).find((pid) => {
+    try {
+      return test(fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" "));
+    } catch {
+      return false;
+    }
+  });
+}
+
+function launcherPid(h: number): number {
+  const pid = pidIn(h, (cmd) => cmd.includes("tprpc.mjs launch") && !cmd.startsWith("unshare"));
+  if (pid === undefined) throw new Error(`no launcher runs on host ${h}`);
+  return pid;
+}
+
 describe.skipIf(skip !== null)("multi-host: namespaces on a bridge, tprpc launch on each", () => {
   beforeAll(() => bed.setup(), 60_000);
   afterAll(() => {
@@ -222,6 +240,70 @@ describe.skipIf(skip !== null)("multi-host: namespaces on a bridge, tprpc launch
     expect(bytes.includes(Buffer.from("PLAINTEXT-TENSOR-MARKER"))).toBe(true);
     expect(bytes.includes(Buffer.from("SHIPPED-SOURCE-MARKER"))).toBe(true);
   }, 240_000);
+
+  it("elastic: a worker killed on one host is restarted by its launcher and rejoins; the loop goes on", async () => {
+    const out = path.join(tmp, "elastic");
+    fs.mkdirSync(out);
+    const env = { ...baseEnv, MH_OUT: out, TPRPC_SECRET: SECRET };
+    const port = "29518";
+    const launch = (h: number, extra: string[]) =>
+      bed.spawnIn(
+        bed.ns(h),
+        "unshare",
+        ["--pid", "--fork", "--kill-child", process.execPath, TPRPC, "launch", "--dynamic", "--nnodes", "3"].concat([
+          "--node-rank",
+          String(h),
+          "--master-addr",
+          bed.addr(0),
+          "--master-port",
+          port,
+          ...extra,
+        ]),
+        { env, stdio: ["ignore", "inherit", "inherit"] },
+      );
+    const master = launch(0, ["--nproc-per-node", "1", ELASTIC]);
+    const hostA = launch(1, ["--nproc-per-node", "2", "--max-restarts", "1", "--worker"]);
+    const hostB = launch(2, ["--nproc-per-node", "2", "--worker"]);
+    const progress = () =>
+      fs.existsSync(path.join(out, "progress.json"))
+        ? (JSON.parse(fs.readFileSync(path.join(out, "progress.json"), "utf8")) as { step: number; live: string[] })
+        : null;
+    const dead = () =>
+      [master, hostA, hostB].some((l) => l.exitCode !== null) ? "a launcher exited before the job finished" : null;
+    const until = Date.now() + 60_000;
+    for (;;) {
+      const p = progress();
+      if (p && p.live.length === 4 && p.step >= 3) break;
+      if (dead()) throw new Error(dead()!);
+      if (Date.now() > until) throw new Error(`the 4 workers did not join within 60 s: ${JSON.stringify(p)}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    // kill worker2 (host 1's first child) hard: its launcher restarts it, and it rejoins as worker2
+    const victim = pidIn(1, (cmd) => cmd.includes("--name worker2"));
+    expect(victim).toBeDefined();
+    process.kill(victim!, "SIGKILL");
+    await waitForFile(path.join(out, "result.json"), 120_000, dead);
+    const r = JSON.parse(fs.readFileSync(path.join(out, "result.json"), "utf8")) as {
+      events: [string, string][];
+      failures: [number, string][];
+      answeredAll: number;
+    };
+    expect(r.answeredAll).toBe(5);
+    const left = r.events.findIndex(([k, n]) => k === "leave" && n === "worker2");
+    expect(left).toBeGreaterThanOrEqual(0);
+    expect(r.events.slice(left + 1)).toContainEqual(["join", "worker2"]);
+    for (const [, to] of r.failures) expect(to).toBe("worker2"); // only calls to the killed worker failed
+    // NB: to the launchers themselves: unshare, their parent, does not forward signals
+    for (const h of [1, 2]) process.kill(launcherPid(h), "SIGTERM");
+    const codes = await Promise.all([
+      exited(hostA, 60_000, "host 1's launcher"),
+      exited(hostB, 60_000, "host 2's launcher"),
+    ]);
+    fs.writeFileSync(path.join(out, "release"), "");
+    codes.push(await exited(master, 60_000, "host 0's launcher"));
+    expect(codes).toEqual([0, 0, 0]);
+    for (const h of [0, 1, 2]) expect(bed.pids(bed.ns(h)), `processes left on host ${h}`).toEqual([]);
+  }, 300_000);
 
   it("a host with no route to the master fails with an AddressError", () => {
     const ns = bed.isolated();
