@@ -10,7 +10,10 @@
  * 3. a third host without the secret is refused (TLS handshake), and one with the secret that speaks
  *    plain TCP is refused too (auto encrypts between hosts);
  * 4. no process is left in any host namespace once the launchers exit;
- * 5. a host with no route to the master fails with an AddressError, not a timeout.
+ * 5. a host with no route to the master fails with an AddressError, not a timeout;
+ * 6. a 3 s partition of one host (its link down, then up) mid-job: TCP waits it out, same results;
+ * 7. elastic: in a dynamic group a worker killed on one host is restarted by its launcher and rejoins
+ *    while the master's loop goes on; only calls to it fail.
  * Every wait is bounded. Skipped, with the reason printed, where namespaces cannot be made (not root,
  * no `ip` or tcpdump: bash scripts/setup.sh installs them).
  */
@@ -76,6 +79,7 @@ async function job(
   hosts: number[] | null,
   env: NodeJS.ProcessEnv,
   during?: () => Promise<void>,
+  meanwhile?: () => Promise<void>,
 ): Promise<Result> {
   fs.mkdirSync(out, { recursive: true });
   const e = { ...baseEnv, ...env, MH_OUT: out, TPRPC_SECRET: SECRET };
@@ -119,6 +123,7 @@ async function job(
       const d = launchers.find((l) => l.exitCode !== null && l.exitCode !== 0);
       return d ? `a launcher exited with ${d.exitCode} before the job finished` : null;
     };
+    await meanwhile?.();
     await waitForFile(path.join(out, "result.json"), 90_000, dead);
     await during?.();
     fs.writeFileSync(path.join(out, "release"), "");
@@ -239,6 +244,29 @@ describe.skipIf(skip !== null)("multi-host: namespaces on a bridge, tprpc launch
     expect(result).toEqual(reference);
     expect(bytes.includes(Buffer.from("PLAINTEXT-TENSOR-MARKER"))).toBe(true);
     expect(bytes.includes(Buffer.from("SHIPPED-SOURCE-MARKER"))).toBe(true);
+  }, 240_000);
+
+  it("a partition of host 1 for 3 s, then healed: the job waits it out and ends with the same results", async () => {
+    const out = path.join(tmp, "partition");
+    let cutAt = 0;
+    let healedAt = 0;
+    let finishedCut = true;
+    const result = await job(out, [0, 1], { MH_STEP_DELAY_MS: "300" }, undefined, async () => {
+      const step = path.join(out, "step");
+      await waitForFile(step, 60_000, () => null);
+      while (Number(fs.readFileSync(step, "utf8")) < 1) await new Promise((r) => setTimeout(r, 20));
+      // NB: the host's side of its link goes down: nothing reaches the bridge from it, nor it from the bridge
+      bed.link(1, false);
+      cutAt = Date.now();
+      await new Promise((r) => setTimeout(r, 3_000));
+      // NB: unhindered, the 6 steps left (300 ms each) would have ended within these 3 s
+      finishedCut = fs.existsSync(path.join(out, "result.json"));
+      bed.link(1, true);
+      healedAt = Date.now();
+    });
+    expect(healedAt - cutAt).toBeGreaterThanOrEqual(3_000);
+    expect(finishedCut).toBe(false); // the partition held the job up
+    expect(result).toEqual(reference);
   }, 240_000);
 
   it("elastic: a worker killed on one host is restarted by its launcher and rejoins; the loop goes on", async () => {

@@ -86,6 +86,11 @@ export class TestBed {
     return spawn("ip", ["netns", "exec", ns, cmd, ...args], opts);
   }
 
+  /** Sets host i's link (its eth0) up or down: down cuts it off the bridge, a partition. */
+  link(i: number, up: boolean): void {
+    must("ip", ["netns", "exec", this.ns(i), "ip", "link", "set", "eth0", up ? "up" : "down"]);
+  }
+
   /** The pids still running in namespace `ns` (processes started there, and their children). */
   pids(ns: string): number[] {
     return sh("ip", ["netns", "pids", ns])
