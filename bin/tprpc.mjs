@@ -16,6 +16,7 @@ const HELP = `${USAGE}
 
 commands:
   worker      join an RPC group as a worker and serve its calls (tprpc worker --help)
+  launch      start this node's processes of a group, as torchrun (tprpc launch --help)
 
 options:
   -h, --help  print this help and exit
@@ -142,6 +143,9 @@ async function worker(argv) {
 function main(argv) {
   const [cmd, ...rest] = argv;
   if (cmd === "worker") return worker(rest);
+  // NB: launch parses its own command line (usage errors: one line + usage, exit 2) and returns its exit code
+  if (cmd === "launch")
+    return import("../dist/sdk/cluster/launch_cli.js").then(async (m) => process.exit(await m.launchMain(rest)));
   if (cmd !== undefined && !cmd.startsWith("-")) throw new UsageError(`unknown command "${cmd}"`);
   const { help, values } = parse(argv, { version: { type: "boolean" } });
   if (help) process.stdout.write(HELP);

@@ -18,11 +18,12 @@ log() { echo "[setup] $*"; }
 #    python3-jupyter-server runs the notebooks headless (npm run notebooks: `python3 -m jupyter_server`, as Debian
 #    ships no jupyter-server command); jupyter-client and jupyter-core give `jupyter kernelspec list`.
 #    iperf3 and iproute2 (`ip`) let test/channel/tcp_veth.test.ts compare the tcp channel with iperf3 across a
-#    veth pair between two network namespaces.
+#    veth pair between two network namespaces. tcpdump captures the bridge of test/multihost (simulated hosts:
+#    namespaces on a bridge, checking that TLS leaves no plain tensor byte on the wire).
 #    jupyter-notebook (Debian's classic Notebook server, which also brings nbconvert) and chromium run the browser
 #    test (npm run test:browser: notebooks live in a real browser, and exported to HTML); fonts-dejavu-core is the
 #    font of the charts' PNG renderings (kernel-ext/png.ts) and of Chromium's pages.
-APT_PACKAGES=(python3-torch python3-numpy libopenblas0-pthread libopenblas-pthread-dev libucx0 python3-jupyter-server jupyter-client jupyter-core iperf3 iproute2 jupyter-notebook chromium fonts-dejavu-core)
+APT_PACKAGES=(python3-torch python3-numpy libopenblas0-pthread libopenblas-pthread-dev libucx0 python3-jupyter-server jupyter-client jupyter-core iperf3 iproute2 tcpdump jupyter-notebook chromium fonts-dejavu-core)
 # The addon's compiler toolchain (node-gyp needs python3, make and a C++17 compiler).
 command -v g++ >/dev/null 2>&1 || APT_PACKAGES+=(g++)
 command -v make >/dev/null 2>&1 || APT_PACKAGES+=(make)

@@ -108,6 +108,12 @@ export class SerializationError extends RpcError {
 /** A channel or transport that cannot run on this machine or between these peers. */
 export class ChannelNotViableError extends RpcError {}
 
+/**
+ * No address of this worker reaches the group: TPRPC_ADDR or TPRPC_IFACE names none, a loopback
+ * address was chosen for a group whose master is on another host, or no route leads to the master.
+ */
+export class AddressError extends RpcError {}
+
 /** The RPC API was used before initRpc or after shutdown. */
 export class RpcNotInitializedError extends RpcError {}
 

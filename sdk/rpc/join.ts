@@ -1,9 +1,11 @@
 /**
  * initRpc's network part, before an Agent exists:
  * 1. choose the channels this worker offers (options.channels, else
- *    TPRPC_CHANNELS, else every viable one) and its capabilities;
- * 2. listen for peers on an authenticated TCP transport (loopback when the
- *    store is on loopback, else every interface);
+ *    TPRPC_CHANNELS, else every viable one but ucx when TLS guards the group
+ *    across hosts: ucx is not encrypted) and its capabilities;
+ * 2. choose the address to advertise (./address.ts) and listen for peers on
+ *    an authenticated TCP transport (loopback when that address is, else
+ *    every interface);
  * 3. rank 0 hosts the rendezvous store; everyone connects to it;
  * 4. rendezvous (./rendezvous): the membership;
  * 5. static groups: device maps may only name members, and only target
@@ -14,13 +16,15 @@
  * the store for a while (LINGER_MS), so the ranks still connecting read the
  * refusal there instead of waiting out their init timeout.
  */
-import os from "node:os";
+import { registeredChannels } from "../channel/index.js";
 import type { Capabilities } from "../channel/interface.js";
 import { ValueError } from "../errors/index.js";
 import { checkAllowedChannels, localCapabilities, parseChannelList } from "../pipe/index.js";
 import { deviceBackendFor } from "../tensor/backend/devices.js";
 import type { TransportListener } from "../transport/interface.js";
 import { tcpTransport } from "../transport/tcp/index.js";
+import { wantsTls } from "../transport/tls.js";
+import { advertisedAddress, isLoopback } from "./address.js";
 import { type InitConfig, type Membership, StoreClient, StoreServer, rendezvous } from "./rendezvous/index.js";
 
 /** How the agent's pipes choose channels. */
@@ -39,19 +43,6 @@ export interface Joined {
   /** The address peers dial for this worker. */
   advertised: string;
   caps: Capabilities;
-}
-
-/**
- * The address peers should dial for this worker: TPRPC_ADDR when set (multi-NIC hosts), the
- * loopback address for single-host groups, else this host's first non-internal IPv4 address.
- */
-function advertisedHost(bindHost: string): string {
-  const forced = process.env.TPRPC_ADDR;
-  if (forced) return forced;
-  if (bindHost !== "0.0.0.0") return bindHost;
-  for (const addrs of Object.values(os.networkInterfaces()))
-    for (const a of addrs ?? []) if (a.family === "IPv4" && !a.internal) return a.address;
-  return os.hostname();
 }
 
 /** CUDA devices this worker can offer a channel for (0 without a CUDA backend). */
@@ -82,27 +73,33 @@ export async function joinGroup(config: InitConfig, pipes: AgentPipeOptions = {}
     lingering.delete(config.port);
     await old.close();
   }
-  const allowed = parseChannelList(pipes.channels ?? process.env.TPRPC_CHANNELS);
+  let allowed = parseChannelList(pipes.channels ?? process.env.TPRPC_CHANNELS);
   checkAllowedChannels(allowed);
+  // NB: ucx's bytes are not encrypted: where TLS guards a group across hosts, ucx is used only when named
+  if (allowed === null && wantsTls(config.host))
+    allowed = registeredChannels()
+      .map((c) => c.name)
+      .filter((n) => n !== "ucx");
   const cuda = cudaDevices();
   const caps = localCapabilities(config.name, allowed, { cpu: 1, cuda });
-  const bindHost = /^(127\.|localhost$|::1$|\[::1\]$)/.test(config.host)
-    ? config.host.replace(/^\[|\]$/g, "")
-    : "0.0.0.0";
+  // NB: the store (rank 0) stays on loopback for a loopback group; our listener binds the advertised
+  // address's side: loopback, or every interface
+  const storeBind = isLoopback(config.host) ? config.host.replace(/^\[|\]$/g, "") : "0.0.0.0";
+  const advertised = await advertisedAddress(config.host, config.port);
+  const bindHost = isLoopback(advertised) ? advertised : "0.0.0.0";
   const listener = await tcpTransport.listen({ host: bindHost, port: 0, secret: config.secret });
   let storeServer: StoreServer | null = null;
   let store: StoreClient | null = null;
   let assembled = false;
   try {
     if (config.rank === 0)
-      storeServer = await StoreServer.listen({ host: bindHost, port: config.port, secret: config.secret });
+      storeServer = await StoreServer.listen({ host: storeBind, port: config.port, secret: config.secret });
     store = await StoreClient.connect({
       host: config.host,
       port: config.port,
       secret: config.secret,
       timeoutMs: config.initTimeoutMs,
     });
-    const advertised = advertisedHost(bindHost);
     const membership = await rendezvous(store, {
       name: config.name,
       rank: config.rank,

@@ -12,8 +12,8 @@
  *    without the secret never gets a byte past step 2 decoded.
  *
  * The exchange is fixed-size, so a hostile peer cannot make us buffer more
- * than 72 bytes. NB: this authenticates peers; it does not encrypt traffic
- * (use a private network or tunnel for confidentiality, as with PyTorch RPC).
+ * than 72 bytes. NB: this authenticates peers; it does not encrypt traffic:
+ * ./tls.ts wraps connections between hosts in TLS 1.3 first, and this runs inside.
  */
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import type { Duplex } from "node:stream";

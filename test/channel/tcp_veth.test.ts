@@ -11,6 +11,8 @@
  *    iperf3's one-way figure).
  * 4. The veth pair and the namespace are deleted afterwards, whatever happened.
  * NB: the assertion is 50% (the full suite shares 2 cores); the ratio measured is printed.
+ * NB: the two namespaces are two hosts to TPRPC_TLS=auto, so the channel would be TLS; this measures the
+ * plain channel (TPRPC_TLS=off on both sides), and bench/tls_tcp.ts what TLS costs on the same link.
  */
 import { spawnSync } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -75,7 +77,9 @@ describe.skipIf(skip !== null)("tcp channel across a veth pair between network n
         .bits_per_second / 8;
 
     const { tcpChannelContext } = await import("../../sdk/channel/tcp/index.js");
-    const peer = await ChannelPeer.start(tcpChannelContext, { TPRPC_PEER_HOST: `${NET}.2` }, 30_000, {
+    const savedTls = process.env.TPRPC_TLS;
+    process.env.TPRPC_TLS = "off";
+    const peer = await ChannelPeer.start(tcpChannelContext, { TPRPC_PEER_HOST: `${NET}.2`, TPRPC_TLS: "off" }, 30_000, {
       host: `${NET}.1`,
       wrap: ["ip", "netns", "exec", NS],
     });
@@ -103,6 +107,8 @@ describe.skipIf(skip !== null)("tcp channel across a veth pair between network n
       expect(peer.childErrors).toEqual([]);
     } finally {
       await peer.close();
+      if (savedTls === undefined) delete process.env.TPRPC_TLS;
+      else process.env.TPRPC_TLS = savedTls;
     }
   }, 120_000);
 });

@@ -198,9 +198,9 @@ async function createTcpChannel(boot: ChannelBootstrap): Promise<Channel> {
       server.on("connection", (sock) => {
         accepted.push(sock);
         acceptLane(sock, boot.secret, boot.timeoutMs).then(
-          ({ index }) => {
-            if (index >= lanes || lanesByIndex.has(index)) return sock.destroy();
-            lanesByIndex.set(index, new SendLane(sock, peer));
+          ({ sock: lane, index }) => {
+            if (index >= lanes || lanesByIndex.has(index)) return lane.destroy();
+            lanesByIndex.set(index, new SendLane(lane, peer));
             if (lanesByIndex.size === lanes) resolve([...Array(lanes).keys()].map((i) => lanesByIndex.get(i)!));
           },
           (e: Error) => debug(1, "tcp-channel", `refused a lane from ${sock.remoteAddress}: ${e.message}`),

@@ -12,6 +12,10 @@
  * 3. Receiver → sender: its proof, then the lane index (u32 LE). From then on
  *    only the sender writes.
  *
+ * Between hosts (../../transport/tls.ts) a lane is TLS 1.3: the receiver runs the transport's
+ * connectSecure (TLS, then the same challenge on the TLS stream) and sends the index; TLS sockets have
+ * no `onread`, so the decrypted chunks are copied into the destinations from 'data' events.
+ *
  * Receiving: `post(dest)` queues a destination; bytes land in the head of the
  * queue. Bytes that arrive before their destination was posted (the sender
  * starts before its control frame reaches us) go to a small scratch buffer,
@@ -19,7 +23,8 @@
  */
 import net from "node:net";
 import { AuthenticationError, WorkerUnavailableError } from "../../errors/index.js";
-import { SERVER_REPLY_BYTES, authenticateAsServer, clientHandshake } from "../../transport/auth.js";
+import { SERVER_REPLY_BYTES, clientHandshake } from "../../transport/auth.js";
+import { acceptSecure, connectSecure, wantsTls } from "../../transport/tls.js";
 
 const SCRATCH_BYTES = 64 * 1024;
 
@@ -33,6 +38,8 @@ interface Segment {
 /** The receiving end of one lane. */
 export class RecvLane {
   private readonly sock: net.Socket;
+  /** What bytes are read from: the socket, or its TLS stream. */
+  private stream: net.Socket;
   private readonly queue: Segment[] = [];
   private readonly stash: Uint8Array[] = [];
   private readonly scratch = Buffer.allocUnsafe(SCRATCH_BYTES);
@@ -49,16 +56,38 @@ export class RecvLane {
     let readyRej!: (e: Error) => void;
     this.ready = new Promise((res, rej) => ((readyRes = res), (readyRej = rej)));
     this.ready.catch(() => undefined);
-    this.sock = net.connect({
-      host,
-      port,
-      onread: {
-        buffer: () => this.nextBuffer(),
-        callback: (n: number, buf: Uint8Array) => this.onRead(n, buf, hs.answer, index, readyRes),
-      },
-    });
+    if (wantsTls(host)) {
+      this.auth = null;
+      this.sock = net.connect({ host, port });
+      this.sock.once("connect", () => {
+        void connectSecure(this.sock, host, secret, 10_000).then(
+          (t) => {
+            const idx = Buffer.alloc(4);
+            idx.writeUInt32LE(index, 0);
+            t.write(idx);
+            this.stream = t;
+            t.on("data", (d: Buffer) => this.onChunk(d));
+            t.on("error", (e) => (this.failure ??= e));
+            t.on("close", () => this.sock.destroy());
+            t.resume();
+            readyRes();
+          },
+          (e: Error) => this.sock.destroy(e),
+        );
+      });
+    } else {
+      this.sock = net.connect({
+        host,
+        port,
+        onread: {
+          buffer: () => this.nextBuffer(),
+          callback: (n: number, buf: Uint8Array) => this.onRead(n, buf, hs.answer, index, readyRes),
+        },
+      });
+      this.sock.once("connect", () => this.sock.write(hs.hello));
+    }
+    this.stream = this.sock;
     this.sock.setNoDelay(true);
-    this.sock.once("connect", () => this.sock.write(hs.hello));
     this.sock.on("error", (e) => (this.failure ??= e));
     this.sock.on("close", () => {
       const e = new WorkerUnavailableError(
@@ -90,7 +119,7 @@ export class RecvLane {
       }
       if (seg.filled === dest.byteLength) return resolve();
       this.queue.push(seg);
-      if (this.sock.isPaused()) this.sock.resume();
+      if (this.stream.isPaused()) this.stream.resume();
     });
   }
 
@@ -148,6 +177,23 @@ export class RecvLane {
     return true;
   }
 
+  /** A decrypted chunk (TLS lanes): into the posted destinations, the rest kept until one is posted. */
+  private onChunk(d: Uint8Array): void {
+    let chunk = d;
+    while (chunk.byteLength > 0 && this.queue.length > 0) {
+      const head = this.queue[0]!;
+      const take = Math.min(chunk.byteLength, head.dest.byteLength - head.filled);
+      head.dest.set(chunk.subarray(0, take), head.filled);
+      head.filled += take;
+      chunk = chunk.subarray(take);
+      if (head.filled === head.dest.byteLength) this.queue.shift()!.resolve();
+    }
+    if (chunk.byteLength > 0) {
+      this.stash.push(chunk);
+      this.stream.pause();
+    }
+  }
+
   private fail(e: Error): void {
     this.failure ??= e;
     for (const s of this.queue.splice(0)) s.reject(e);
@@ -202,15 +248,15 @@ export class SendLane {
 
 /**
  * Accepts one lane on the sender's listener: the transport's server-side
- * handshake, then the lane index. Rejects (and destroys the socket) for a
- * peer without the secret.
+ * handshake (in TLS when the peer asks for it), then the lane index. Resolves with
+ * the socket to write on; rejects (and destroys the socket) for a peer without the secret.
  */
 export async function acceptLane(
   sock: net.Socket,
   secret: string | Buffer,
   timeoutMs: number,
 ): Promise<{ sock: net.Socket; index: number }> {
-  await authenticateAsServer(sock, secret, timeoutMs);
+  sock = await acceptSecure(sock, secret, timeoutMs);
   const index = await new Promise<number>((resolve, reject) => {
     let got = Buffer.alloc(0);
     const timer = setTimeout(

@@ -22,7 +22,7 @@ import {
   TprpcError,
   ValueError,
 } from "../../errors/index.js";
-import { authenticateAsClient } from "../../transport/auth.js";
+import { connectSecure } from "../../transport/tls.js";
 import { debug } from "../../util/index.js";
 import { encodeFrame, FrameDecoder, intField, Op, type Field, type Frame } from "./protocol.js";
 
@@ -146,7 +146,7 @@ export class StoreClient {
       }
       sock.setNoDelay(true);
       try {
-        await authenticateAsClient(sock, opts.secret, Math.max(1, Math.min(10_000, deadline - Date.now())));
+        sock = await connectSecure(sock, opts.host, opts.secret, Math.max(1, Math.min(10_000, deadline - Date.now())));
       } catch (e) {
         throw e instanceof AuthenticationError
           ? new AuthenticationError(`rendezvous store at ${where(opts.host, opts.port)}: ${e.message}`)

@@ -13,7 +13,7 @@
  */
 import net from "node:net";
 import { ProtocolError, RpcTimeoutError, TprpcError, ValueError } from "../../errors/index.js";
-import { authenticateAsServer } from "../../transport/auth.js";
+import { acceptSecure } from "../../transport/tls.js";
 import { debug } from "../../util/index.js";
 import { encodeFrame, FrameDecoder, intField, Op, type Field, type Frame } from "./protocol.js";
 
@@ -136,20 +136,22 @@ export class StoreServer {
     this.opts.onLog?.(event);
   }
 
-  private async accept(sock: net.Socket): Promise<void> {
+  private async accept(raw: net.Socket): Promise<void> {
+    let sock = raw;
     const remote = `${sock.remoteAddress}:${sock.remotePort}`;
     sock.setNoDelay(true);
     if (this.closing) return void sock.destroy();
     this.pendingSockets.add(sock);
     sock.on("error", () => {}); // reported through close; auth reports its own errors
     try {
-      await authenticateAsServer(sock, this.opts.secret, this.opts.authTimeoutMs ?? 10_000);
+      sock = await acceptSecure(raw, this.opts.secret, this.opts.authTimeoutMs ?? 10_000);
     } catch (e) {
-      this.pendingSockets.delete(sock);
+      raw.destroy();
+      this.pendingSockets.delete(raw);
       this.log({ kind: "auth-refused", remote, error: e as Error });
       return;
     } finally {
-      this.pendingSockets.delete(sock);
+      this.pendingSockets.delete(raw);
     }
     if (this.closing) return void sock.destroy();
     const conn: Conn = { sock, remote, watches: new Map(), waiters: new Set(), ephemeral: new Map() };

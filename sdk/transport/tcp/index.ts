@@ -2,13 +2,13 @@
  * The TCP transport (Node's net): always viable. Sockets get TCP_NODELAY
  * (small RPCs must not wait for Nagle) and keep-alive (a silent dead host is
  * noticed), and every connection is authenticated (../auth.ts) before its
- * first byte reaches the pipe.
+ * first byte reaches the pipe, inside TLS 1.3 between hosts (../tls.ts).
  */
 import net from "node:net";
 import { AuthenticationError, WorkerUnavailableError } from "../../errors/index.js";
 import { debug } from "../../util/index.js";
-import { authenticateAsClient, authenticateAsServer } from "../auth.js";
 import type { Transport, TransportConnection, TransportListener } from "../interface.js";
+import { acceptSecure, connectSecure } from "../tls.js";
 
 const AUTH_TIMEOUT_MS = 10_000;
 
@@ -110,9 +110,9 @@ class TcpListener implements TransportListener {
       this.sockets.add(sock);
       sock.once("close", () => this.sockets.delete(sock));
       const remote = `tcp://${sock.remoteAddress}:${sock.remotePort}`;
-      authenticateAsServer(sock, secret, AUTH_TIMEOUT_MS).then(
-        () => {
-          const conn = new TcpConnection(sock, remote);
+      acceptSecure(sock, secret, AUTH_TIMEOUT_MS).then(
+        (s) => {
+          const conn = new TcpConnection(s, remote);
           // NB: a peer may connect as soon as our address is published, before our owner has
           // subscribed (e.g. the last worker of a rendezvous): queue it, don't drop it.
           if (this.connCb) this.connCb(conn);
@@ -172,11 +172,13 @@ export const tcpTransport: Transport = {
         reject(new WorkerUnavailableError(`could not connect to ${remote}: ${e.message}`, remote));
       });
     });
+    let secured: net.Socket;
     try {
-      await authenticateAsClient(sock, secret, timeoutMs);
+      secured = await connectSecure(sock, host, secret, timeoutMs);
     } catch (e) {
+      sock.destroy();
       throw e instanceof AuthenticationError ? e : new AuthenticationError(String(e));
     }
-    return new TcpConnection(sock, remote);
+    return new TcpConnection(secured, remote);
   },
 };
