@@ -18,15 +18,29 @@
  *    @grpc/grpc-js (or one on NODE_PATH), ~1 min; --no-grpc skips it. Both get --quick too.
  * 3. Ratios: torch time / channel time, so > 1 means the channel is faster.
  *
+ * 4. --plain (issue 23, item 7): the same configs once more with the master started as users start
+ *    theirs, plain `node` with no flags (no --expose-gc, no --initial-old-space-size, NODE_OPTIONS
+ *    cleared): a child process runs them and hands back its figures, printed as "<label> (plain master)"
+ *    columns. Each column also counts the master's mark-compacts (PerformanceObserver "gc") over its
+ *    measurements: the flags' whole effect is on that count.
+ * 5. --load N (issue 23, item 6): N busy processes (bench/load.ts: tprpc matmuls, one thread each)
+ *    run beside every measurement, PyTorch RPC's and grpc-js's included; the references then get
+ *    (N + 1) × their usual time bound, and one that still times out is killed with its whole
+ *    process group (rpc_common.ts spawnInGroup).
+ *
  * Flags: --quick (fewer trials), --only shm,cma (configs by label prefix), --channel-level (1b instead of 1),
  * --worker-node-args "<flags>" (node flags for the workers too, e.g. to time both sides under a GC flag:
  * node --expose-gc --initial-old-space-size=256 --single-threaded-gc dist/bench/channels.js
  * --worker-node-args --single-threaded-gc).
  */
+import { spawn } from "node:child_process";
+import { PerformanceObserver, constants as perfConstants } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
 import type { ChannelContext } from "../sdk/channel/interface.js";
 import { rpc } from "../sdk/index.js";
 import { startLocalWorkers, withRpcNodeFlags } from "../sdk/rpc/launcher.js";
 import { ChannelPeer, pattern } from "../test/native/channel_peer.js";
+import { startLoad } from "./load.js";
 import {
   ASYNC_SIZES,
   type Figures,
@@ -172,6 +186,53 @@ function measureRpc(cfg: Config, quick: boolean, nodeArgs: readonly string[]): P
   });
 }
 
+/** Mark-compacts V8 chose to run in this process while `fn` runs (major GCs, not forced ones, seen by a PerformanceObserver). */
+async function countingMajorGcs<T>(fn: () => Promise<T>): Promise<[T, number]> {
+  let majors = 0;
+  const obs = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      const d = (e as unknown as { detail?: { kind?: number; flags?: number } }).detail;
+      // NB: not the bench's own gc() calls (--expose-gc), which are forced
+      const forced = ((d?.flags ?? 0) & perfConstants.NODE_PERFORMANCE_GC_FLAGS_FORCED) !== 0;
+      if (d?.kind === perfConstants.NODE_PERFORMANCE_GC_MAJOR && !forced) majors++;
+    }
+  });
+  obs.observe({ entryTypes: ["gc"] });
+  try {
+    const r = await fn();
+    await new Promise((resolve) => setImmediate(resolve)); // the observer's last entries
+    return [r, majors];
+  } finally {
+    obs.disconnect();
+  }
+}
+
+type Serialized = { sync: [number, number][]; async: [number, number][]; majorGcs: number } | string;
+
+/**
+ * --plain: runs `labels` in a child master started with no node flags and NODE_OPTIONS cleared
+ * (what `node master.js` gets), bounded by `timeoutMs`; its figures, or why there are none.
+ */
+function runPlainMaster(labels: string[], quick: boolean, timeoutMs: number): Promise<Map<string, Serialized>> {
+  const args = [fileURLToPath(import.meta.url), "--emit-json", "--only", labels.join(","), "--no-torch", "--no-grpc"];
+  if (quick) args.push("--quick");
+  const env = { ...process.env };
+  delete env.NODE_OPTIONS;
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, args, { env, stdio: ["ignore", "pipe", "inherit"] });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.once("exit", (code, signal) => {
+      clearTimeout(timer);
+      const line = out.split("\n").find((l) => l.startsWith("JSON "));
+      if (line) return resolve(new Map(Object.entries(JSON.parse(line.slice(5)) as Record<string, Serialized>)));
+      const why = `the plain master ended (${signal ?? code}) without figures`;
+      resolve(new Map(labels.map((l) => [l, why])));
+    });
+  });
+}
+
 const fmtBytes = (n: number): string => (n >= 1e6 ? `${n / 1e6} MB` : n >= 1e3 ? `${n / 1e3} KB` : `${n} B`);
 
 const cell = (s: number | undefined, nbytes: number): string => timeCell(s, nbytes, 1);
@@ -188,13 +249,53 @@ async function main(): Promise<void> {
   const configs = CONFIGS.filter(
     (c) => (!only || only.some((o) => c.label.startsWith(o))) && !(channelLevel && c.shared),
   );
+  const emitJson = argv.includes("--emit-json");
+  const plain = argv.includes("--plain") && !channelLevel && !emitJson;
+  const loadN = argv.includes("--load") ? Number(argv[argv.indexOf("--load") + 1]) : 0;
+  if (!Number.isInteger(loadN) || loadN < 0) throw new Error(`--load wants a count of processes, got ${loadN}`);
+  const load = await startLoad(loadN);
   const results = new Map<string, Figures | string>();
-  for (const cfg of configs) {
-    process.stderr.write(`[bench:channels] ${cfg.label} ...\n`);
-    results.set(cfg.label, await (channelLevel ? measureChannel(cfg, quick) : measureRpc(cfg, quick, nodeArgs)));
+  const majorGcs = new Map<string, number>();
+  let torch: { figures: Figures; header: string } | string;
+  let grpc: { figures: Figures; header: string } | string;
+  try {
+    for (const cfg of configs) {
+      process.stderr.write(`[bench:channels] ${cfg.label} ...\n`);
+      const [r, gcs] = await countingMajorGcs(() =>
+        channelLevel ? measureChannel(cfg, quick) : measureRpc(cfg, quick, nodeArgs),
+      );
+      results.set(cfg.label, r);
+      majorGcs.set(cfg.label, gcs);
+    }
+    if (emitJson) {
+      const ser = (r: Figures | string, gcs: number): Serialized =>
+        typeof r === "string" ? r : { sync: [...r.sync], async: [...r.async], majorGcs: gcs };
+      const obj = Object.fromEntries(configs.map((c) => [c.label, ser(results.get(c.label)!, majorGcs.get(c.label)!)]));
+      process.stdout.write(`JSON ${JSON.stringify(obj)}\n`);
+      return;
+    }
+    if (plain) {
+      process.stderr.write(`[bench:channels] the same with a plain master (no node flags) ...\n`);
+      const plainRuns = await runPlainMaster(
+        configs.map((c) => c.label),
+        quick,
+        600_000 * (loadN + 1),
+      );
+      for (const cfg of [...configs]) {
+        const r = plainRuns.get(cfg.label) ?? "no figures";
+        const label = `${cfg.label} (plain master)`;
+        configs.push({ ...cfg, label });
+        results.set(label, typeof r === "string" ? r : { sync: new Map(r.sync), async: new Map(r.async) });
+        if (typeof r !== "string") majorGcs.set(label, r.majorGcs);
+      }
+    }
+    // NB: under --load the references get (N + 1)× the time: they must finish to be compared
+    const bound = 300_000 * (loadN + 1);
+    torch = argv.includes("--no-torch") ? "skipped (--no-torch)" : runReference("torch", quick, bound);
+    grpc = argv.includes("--no-grpc") ? "skipped (--no-grpc)" : runReference("grpc", quick, bound);
+  } finally {
+    await load.stop();
   }
-  const torch = argv.includes("--no-torch") ? "skipped (--no-torch)" : runReference("torch", quick);
-  const grpc = argv.includes("--no-grpc") ? "skipped (--no-grpc)" : runReference("grpc", quick);
   const refs: Array<[string, { figures: Figures; header: string } | string]> = [
     ["PyTorch RPC", torch],
     ["grpc-js", grpc],
@@ -212,6 +313,14 @@ async function main(): Promise<void> {
       `Node flags: this process ${process.execArgv.join(" ") || "(none)"}; workers ${withRpcNodeFlags(nodeArgs).join(" ")}`,
     );
   for (const [name, r] of refs) out.push(`${name}: ${typeof r === "string" ? `unavailable — ${r}` : r.header}`);
+  out.push(
+    loadN
+      ? `Under load: ${loadN} busy process(es) (256x256 matmul + softmax + add, 1 tprpc thread each) beside every column, the references' included`
+      : "No load beside the measurements (--load N adds N busy processes)",
+  );
+  out.push(
+    `Master mark-compacts V8 ran during each column (not counting the bench's gc() calls): ${configs.map((c) => `${c.label} ${majorGcs.get(c.label) ?? "-"}`).join(", ")}`,
+  );
   out.push("");
   const cols = [...configs.map((c) => c.label), ...refs.map(([n]) => n)];
   out.push(`| size | ${cols.join(" | ")} |`);

@@ -6,7 +6,7 @@
  * identity measurements, and running + parsing the reference scripts
  * (reference/torch_rpc.py, reference/grpc_node.mjs) so ratios come from the same invocation.
  */
-import { spawnSync } from "node:child_process";
+import { type SpawnSyncReturns, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
@@ -124,6 +124,31 @@ export function repoRoot(): string | undefined {
   }
 }
 
+/**
+ * spawnSync of `program` in a process group of its own (setsid(1) execs it, so its pid is the group's
+ * id), bounded by `timeoutMs`: on timeout spawnSync kills only that process, so the whole group is
+ * then sent SIGKILL — a reference's own children (torch_rpc.py's rank 1) end with it.
+ */
+export function spawnInGroup(
+  program: string,
+  args: readonly string[],
+  timeoutMs: number,
+): SpawnSyncReturns<string> & { timedOut: boolean } {
+  const setsid = fs.existsSync("/usr/bin/setsid") ? "/usr/bin/setsid" : undefined;
+  const r = setsid
+    ? spawnSync(setsid, [program, ...args], { encoding: "utf8", timeout: timeoutMs, killSignal: "SIGKILL" })
+    : spawnSync(program, args, { encoding: "utf8", timeout: timeoutMs, killSignal: "SIGKILL" });
+  const timedOut = (r.error as NodeJS.ErrnoException | undefined)?.code === "ETIMEDOUT";
+  if (setsid && r.pid) {
+    try {
+      process.kill(-r.pid, "SIGKILL"); // whatever of the group is left (none after a clean exit)
+    } catch {
+      // ESRCH: the group is gone already
+    }
+  }
+  return Object.assign(r, { timedOut, error: timedOut ? undefined : r.error });
+}
+
 function parseTime(v: string, unit: string): number {
   return Number(v) * (unit === "us" ? 1e-6 : unit === "ms" ? 1e-3 : 1);
 }
@@ -137,6 +162,7 @@ function parseTime(v: string, unit: string): number {
 export function runReference(
   kind: "torch" | "torch-tcp" | "grpc",
   quick = false,
+  timeoutMs = 300_000,
 ): { figures: Figures; header: string } | string {
   const root = repoRoot();
   const file = kind === "grpc" ? "grpc_node.mjs" : "torch_rpc.py";
@@ -150,7 +176,7 @@ export function runReference(
     // NB: "torch-tcp" pins TensorPipe to its uv (TCP) transport and basic channel: the same wire as ours.
     const tcpOnly = kind === "torch-tcp" ? ["--transports", "uv", "--channels", "basic"] : [];
     const sizes = ["--sizes", SIZES.join(","), "--async-sizes", ASYNC_SIZES.join(","), "--in-flight", `${IN_FLIGHT}`];
-    r = spawnSync(program, [script, ...sizes, ...tcpOnly, ...quickArgs], { encoding: "utf8", timeout: 300_000 });
+    r = spawnInGroup(program, [script, ...sizes, ...tcpOnly, ...quickArgs], timeoutMs);
   } else {
     try {
       createRequire(script).resolve("@grpc/grpc-js"); // as the script will: node_modules above it, or NODE_PATH
@@ -158,9 +184,10 @@ export function runReference(
       return "@grpc/grpc-js is not installed (npm install: it is a devDependency)";
     }
     program = process.execPath;
-    r = spawnSync(program, [script, "--sizes", SIZES.join(","), ...quickArgs], { encoding: "utf8", timeout: 300_000 });
+    r = spawnInGroup(program, [script, "--sizes", SIZES.join(","), ...quickArgs], timeoutMs);
   }
   if (r.error) return `${program}: ${r.error.message}`;
+  if (r.timedOut) return `${program} did not finish in ${timeoutMs / 1000} s (its process group was killed)`;
   if (r.status !== 0) return `${program} exited ${r.status}: ${(r.stderr ?? "").trim().slice(-300)}`;
   const figures: Figures = { sync: new Map(), async: new Map() };
   let header = "";
