@@ -21,7 +21,8 @@
  * Then the RPC section (bench/rpc.ts): tprpc over TCP vs PyTorch RPC between two local
  * processes. `-- --rpc-only` / `-- --no-rpc` run one section. `-- --collectives` runs only the
  * tprpc.distributed section (bench/collectives.ts: send/recv per channel, allReduce in 3 and 4
- * processes, beside torch.distributed's gloo).
+ * processes, beside torch.distributed's gloo). `-- --e2e` runs only the whole-workload section
+ * (bench/e2e.ts: notebook 04's pipelined GPT beside its PyTorch RPC twin).
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -31,6 +32,7 @@ import { fileURLToPath } from "node:url";
 import { backend, manualSeed, randn, setNumThreads } from "../sdk/index.js";
 import { rpcBench } from "./rpc.js";
 import { collectivesBench } from "./collectives.js";
+import { e2eBench } from "./e2e.js";
 
 const QUICK = process.argv.includes("--quick");
 const MATMUL_SIZES = QUICK ? [256, 512] : [256, 512, 1024, 2048];
@@ -295,6 +297,7 @@ function main(): void {
 const childAt = process.argv.indexOf("--child");
 if (childAt >= 0) child(process.argv[childAt + 1]!, Number(process.argv[childAt + 2]));
 else if (process.argv.includes("--collectives")) await collectivesBench(QUICK);
+else if (process.argv.includes("--e2e")) await e2eBench(process.argv.slice(2));
 else {
   // --rpc-only / --no-rpc pick one section; the RPC section (bench/rpc.ts) follows the tensor one.
   if (!process.argv.includes("--rpc-only")) main();
