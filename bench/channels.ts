@@ -26,7 +26,7 @@
  * 5. --load N (issue 23, item 6): N busy processes (bench/load.ts: tprpc matmuls, one thread each)
  *    run beside every measurement, PyTorch RPC's and grpc-js's included; the references then get
  *    (N + 1) × their usual time bound, and one that still times out is killed with its whole
- *    process group (rpc_common.ts spawnInGroup).
+ *    process group (spawn_group.ts spawnInGroup).
  *
  * Flags: --quick (fewer trials), --only shm,cma (configs by label prefix), --channel-level (1b instead of 1),
  * --worker-node-args "<flags>" (node flags for the workers too, e.g. to time both sides under a GC flag:
@@ -48,6 +48,7 @@ import {
   type Plan,
   SIZES,
   callsPerSecond,
+  fullGc,
   identity,
   medianRoundTrip,
   rpcAsyncRate,
@@ -144,7 +145,7 @@ function measureChannel(cfg: Config, quick: boolean): Promise<Figures | string> 
       const figures: Figures = { sync: new Map(), async: new Map() };
       for (const n of SIZES) {
         figures.sync.set(n, await measureSync(peer, n, quick));
-        (globalThis as { gc?: () => void }).gc?.();
+        fullGc();
       }
       for (const n of ASYNC_SIZES) figures.async.set(n, await measureAsync(peer, n, quick));
       if (peer.childErrors.length) return `the peer reported: ${peer.childErrors[0]}`;
@@ -171,7 +172,7 @@ function measureRpc(cfg: Config, quick: boolean, nodeArgs: readonly string[]): P
       const figures: Figures = { sync: new Map(), async: new Map() };
       for (const n of SIZES) {
         figures.sync.set(n, await rpcSyncRoundTrip("worker1", n, plan(n, quick), cfg.shared));
-        (globalThis as { gc?: () => void }).gc?.();
+        fullGc();
       }
       // NB: a 0 B call carries no storage, so the shared-storage config has no rate of its own
       if (!cfg.shared) figures.async.set(0, await rpcAsyncRate("worker1", 0, quick));

@@ -1,6 +1,7 @@
 /**
  * `npm run bench -- --e2e` (issue 23, item 5): whole training workloads, tprpc beside a PyTorch RPC
- * twin written the idiomatic way, in one invocation, with ratios. So far: notebook 04's pipelined GPT.
+ * twin written the idiomatic way, in one invocation, with ratios: notebook 04's pipelined GPT and
+ * notebook 03's FedAvg (bench/e2e_fedavg.ts, bench/reference/torch_fedavg.py); not yet notebook 02's A3C.
  *
  * 1. tprpc: this process is the master, two local workers (startLocalWorkers) each own one stage
  *    (remote() of a shipped nn.Module class): embeddings + blocks 0–1 on worker1, blocks 2–3 + lnF + head
@@ -13,12 +14,13 @@
  * 2. unsplit: the same model, batch and optimizer in this process alone (notebook 04's last comparison).
  * 3. torch: bench/reference/torch_gpt_pipeline.py under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides),
  *    the same model, split, batch, micro-batches, optimizer and step count, run in a process group of
- *    its own and killed whole if it does not finish (rpc_common.ts spawnInGroup).
+ *    its own and killed whole if it does not finish (spawn_group.ts spawnInGroup).
  * 4. Where a tprpc step's time goes, as rpc.profiler sees it from the master over one profiled step:
  *    per (worker, target), the calls, the callee's run time (compute there) and the rest of the round
  *    trips (queueing behind other calls, serialization, transfer).
  *
- * Flags: --quick (4 timed steps instead of 20), --steps N, --micro K, --threads T, --no-torch,
+ * Flags: --quick (4 timed steps instead of 20, 1 timed FedAvg round instead of 5), --steps N,
+ * --rounds N, --micro K, --threads T, --no-torch,
  * --load N (N busy processes beside both sides, bench/load.ts).
  */
 import * as sdk from "../sdk/index.js";
@@ -34,8 +36,10 @@ import {
 } from "../sdk/index.js";
 import type { Tensor } from "../sdk/index.js";
 import { startLocalWorkers } from "../sdk/rpc/launcher.js";
+import { FEDAVG_EXAMPLES, tprpcFedAvg } from "./e2e_fedavg.js";
 import { startLoad } from "./load.js";
-import { median, now, repoRoot, spawnInGroup } from "./rpc_common.js";
+import { median, now, repoRoot } from "./rpc_common.js";
+import { spawnInGroup } from "./spawn_group.js";
 import path from "node:path";
 
 // NB: the name shipped code sees on the callee (as the notebook kernel preloads it)
@@ -186,20 +190,22 @@ function unsplit(o: Opts): number {
   return median(times) * 1e3;
 }
 
-/** PyTorch RPC's twin: median ms per step and its header, or why there is none. */
-function torchPipeline(o: Opts, timeoutMs: number): { ms: number; header: string } | string {
+/** Runs a PyTorch RPC twin in bench/reference; the first number `re` captures and the "# " header, or why not. */
+function torchTwin(
+  file: string,
+  args: string[],
+  re: RegExp,
+  timeoutMs: number,
+): { value: number; header: string } | string {
   const root = repoRoot();
   if (!root) return "the repository root was not found";
   const python = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
-  const script = path.join(root, "bench", "reference", "torch_gpt_pipeline.py");
-  const args = [script, "--steps", `${o.steps}`, "--micro", `${o.micro}`, "--threads", `${o.threads}`];
-  const r = spawnInGroup(python, args, timeoutMs);
+  const r = spawnInGroup(python, [path.join(root, "bench", "reference", file), ...args], timeoutMs);
   if (r.error) return `${python}: ${r.error.message}`;
   if (r.timedOut) return `did not finish in ${timeoutMs / 1000} s (its process group was killed)`;
-  const m = /pipeline gpt: ([\d.]+) ms\/step/.exec(r.stdout ?? "");
+  const m = re.exec(r.stdout ?? "");
   if (r.status !== 0 || !m) return `exited ${r.status}: ${(r.stderr ?? "").trim().slice(-300)}`;
-  const header = /^# (.*)$/m.exec(r.stdout)?.[1] ?? "";
-  return { ms: Number(m[1]), header };
+  return { value: Number(m[1]), header: /^# (.*)$/m.exec(r.stdout)?.[1] ?? "" };
 }
 
 const tokensPerS = (ms: number): number => (BATCH * BLOCK) / (ms / 1e3);
@@ -215,16 +221,31 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   const loadN = num("--load", 0);
   const load = await startLoad(loadN);
   const wall = now();
+  const bound = 600_000 * (loadN + 1);
+  const noTorch = argv.includes("--no-torch");
+  const rounds = num("--rounds", quick ? 1 : 5);
   let ours: Awaited<ReturnType<typeof tprpcPipeline>>;
   let alone: number;
-  let torch: ReturnType<typeof torchPipeline>;
+  let torch: ReturnType<typeof torchTwin>;
+  let fedavg: number;
+  let torchFedavg: ReturnType<typeof torchTwin>;
   try {
     process.stderr.write("[bench --e2e] pipelined GPT: tprpc ...\n");
     ours = await tprpcPipeline(o);
     process.stderr.write("[bench --e2e] pipelined GPT: unsplit ...\n");
     alone = unsplit(o);
     process.stderr.write("[bench --e2e] pipelined GPT: PyTorch RPC ...\n");
-    torch = argv.includes("--no-torch") ? "skipped (--no-torch)" : torchPipeline(o, 600_000 * (loadN + 1));
+    const gptArgs = ["--steps", `${o.steps}`, "--micro", `${o.micro}`, "--threads", `${o.threads}`];
+    torch = noTorch
+      ? "skipped (--no-torch)"
+      : torchTwin("torch_gpt_pipeline.py", gptArgs, /pipeline gpt: ([\d.]+) ms\/step/, bound);
+    process.stderr.write("[bench --e2e] FedAvg: tprpc ...\n");
+    fedavg = await tprpcFedAvg(rounds, o.threads);
+    process.stderr.write("[bench --e2e] FedAvg: PyTorch RPC ...\n");
+    const fedArgs = ["--rounds", `${rounds}`, "--threads", `${o.threads}`];
+    torchFedavg = noTorch
+      ? "skipped (--no-torch)"
+      : torchTwin("torch_fedavg.py", fedArgs, /fedavg: ([\d.]+) s\/round/, bound);
   } finally {
     await load.stop();
   }
@@ -242,10 +263,10 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   out.push(
     typeof torch === "string"
       ? `  PyTorch RPC  unavailable — ${torch}`
-      : `  PyTorch RPC  ${torch.ms.toFixed(1)} ms/step  ${fmtTok(torch.ms)}`,
+      : `  PyTorch RPC  ${torch.value.toFixed(1)} ms/step  ${fmtTok(torch.value)}`,
   );
   out.push(
-    `  ratios (tokens/s, > 1: tprpc faster): vs PyTorch RPC ${typeof torch === "string" ? "-" : (torch.ms / ours.ms).toFixed(2) + "x"}, vs unsplit ${(alone / ours.ms).toFixed(2)}x`,
+    `  ratios (tokens/s, > 1: tprpc faster): vs PyTorch RPC ${typeof torch === "string" ? "-" : (torch.value / ours.ms).toFixed(2) + "x"}, vs unsplit ${(alone / ours.ms).toFixed(2)}x`,
   );
   out.push("");
   out.push(`  one profiled tprpc step (${ours.breakdown.stepMs.toFixed(1)} ms), rpc.profiler from the master:`);
@@ -259,6 +280,19 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   );
   out.push(
     "   rest: queueing, serialization and transfer both ways; calls between workers (activations fetched, gradients sent) are not in the master's profile)",
+  );
+  out.push("");
+  out.push(
+    `FedAvg (notebook 03: 3 clients behind remote(), ${FEDAVG_EXAMPLES.toLocaleString("en-US")} examples each, 1 epoch of SGD per round, MLP 784-200-200-10), median of ${rounds} round(s)`,
+  );
+  out.push(`  tprpc        ${fedavg.toFixed(3)} s/round`);
+  out.push(
+    typeof torchFedavg === "string"
+      ? `  PyTorch RPC  unavailable — ${torchFedavg}`
+      : `  PyTorch RPC  ${torchFedavg.value.toFixed(3)} s/round  (${torchFedavg.header})`,
+  );
+  out.push(
+    `  ratio (> 1: tprpc faster): ${typeof torchFedavg === "string" ? "-" : (torchFedavg.value / fedavg).toFixed(2) + "x"}`,
   );
   out.push("");
   out.push(`e2e time ${(now() - wall).toFixed(1)} s`);

@@ -6,12 +6,14 @@
  * identity measurements, and running + parsing the reference scripts
  * (reference/torch_rpc.py, reference/grpc_node.mjs) so ratios come from the same invocation.
  */
-import { type SpawnSyncReturns, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
+import v8 from "node:v8";
+import vm from "node:vm";
 import { fileURLToPath } from "node:url";
 import { Tensor, ones, rpc } from "../sdk/index.js";
+import { spawnInGroup } from "./spawn_group.js";
 
 export const SIZES = [0, 4_000, 4_000_000, 40_000_000, 400_000_000];
 export const ASYNC_SIZES = [0, 4_000];
@@ -71,6 +73,30 @@ export async function callsPerSecond(call: () => Promise<unknown>, quick: boolea
   return median(rates);
 }
 
+let gcFn: (() => void) | null | undefined;
+
+/**
+ * A full garbage collection between measurements, without --expose-gc (issue 23, item 7: the
+ * benchmarks run with no node flags, as a user's `node master.js`): the global gc() when there is
+ * one, else V8's gc() from a fresh context with the flag set briefly (as sdk/rpc/gc.ts takes it).
+ */
+export function fullGc(): void {
+  if (gcFn === undefined) {
+    const global = (globalThis as { gc?: () => void }).gc;
+    if (typeof global === "function") gcFn = global;
+    else {
+      v8.setFlagsFromString("--expose-gc");
+      try {
+        const fn = vm.runInNewContext("gc") as unknown;
+        gcFn = typeof fn === "function" ? (fn as () => void) : null;
+      } finally {
+        v8.setFlagsFromString("--no-expose-gc");
+      }
+    }
+  }
+  gcFn?.();
+}
+
 /** The shipped target of every RPC measurement. */
 export const identity = (x: unknown): unknown => x;
 
@@ -122,31 +148,6 @@ export function repoRoot(): string | undefined {
     if (up === dir) return undefined;
     dir = up;
   }
-}
-
-/**
- * spawnSync of `program` in a process group of its own (setsid(1) execs it, so its pid is the group's
- * id), bounded by `timeoutMs`: on timeout spawnSync kills only that process, so the whole group is
- * then sent SIGKILL — a reference's own children (torch_rpc.py's rank 1) end with it.
- */
-export function spawnInGroup(
-  program: string,
-  args: readonly string[],
-  timeoutMs: number,
-): SpawnSyncReturns<string> & { timedOut: boolean } {
-  const setsid = fs.existsSync("/usr/bin/setsid") ? "/usr/bin/setsid" : undefined;
-  const r = setsid
-    ? spawnSync(setsid, [program, ...args], { encoding: "utf8", timeout: timeoutMs, killSignal: "SIGKILL" })
-    : spawnSync(program, args, { encoding: "utf8", timeout: timeoutMs, killSignal: "SIGKILL" });
-  const timedOut = (r.error as NodeJS.ErrnoException | undefined)?.code === "ETIMEDOUT";
-  if (setsid && r.pid) {
-    try {
-      process.kill(-r.pid, "SIGKILL"); // whatever of the group is left (none after a clean exit)
-    } catch {
-      // ESRCH: the group is gone already
-    }
-  }
-  return Object.assign(r, { timedOut, error: timedOut ? undefined : r.error });
 }
 
 function parseTime(v: string, unit: string): number {

@@ -33,6 +33,7 @@ import { backend, manualSeed, randn, setNumThreads } from "../sdk/index.js";
 import { rpcBench } from "./rpc.js";
 import { collectivesBench } from "./collectives.js";
 import { e2eBench } from "./e2e.js";
+import { fullGc } from "./rpc_common.js";
 
 const QUICK = process.argv.includes("--quick");
 const MATMUL_SIZES = QUICK ? [256, 512] : [256, 512, 1024, 2048];
@@ -72,7 +73,7 @@ function median(xs: number[]): number {
  * trials of `batch` calls (batch makes a trial >= ~20 ms), median over trials.
  */
 function measure(fn: () => unknown, budgetS = 1.5, minTrials = 5): number {
-  (globalThis as { gc?: () => void }).gc?.();
+  fullGc();
   let t0 = now();
   fn();
   const est = Math.max(now() - t0, 1e-7);
@@ -289,9 +290,7 @@ function main(): void {
     console.log(
       `torch into a preallocated out= (no allocation), 1 thread: add ${fmt(t1.add_out_gbs, 0)} GB/s, exp ${fmt(t1.exp_out_gbs, 0)} GB/s`,
     );
-  console.log(
-    `tprpc measuring time ${(now() - wall).toFixed(1)} s${(globalThis as { gc?: unknown }).gc ? "" : " (run with --expose-gc for steadier figures)"}`,
-  );
+  console.log(`tprpc measuring time ${(now() - wall).toFixed(1)} s`);
 }
 
 const childAt = process.argv.indexOf("--child");

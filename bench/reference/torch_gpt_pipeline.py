@@ -12,7 +12,7 @@
 # (the step's speed does not depend on the tokens). AdamW lr 3e-3, betas (0.9, 0.99), weight decay 0.01.
 # Prints one line "pipeline gpt: <median ms/step> ms/step, <tokens/s> tokens/s, loss <last>" (bench/e2e.ts parses it).
 # The master (rank 0, also the TCPStore host) starts ranks 1 and 2 as children; run it in a process group of its own
-# so a timeout can end all three (bench/rpc_common.ts spawnInGroup).
+# so a timeout can end all three (bench/spawn_group.ts spawnInGroup).
 import argparse, os, socket, statistics, subprocess, sys, threading, time
 
 sys.dont_write_bytecode = True

@@ -1,10 +1,10 @@
 /**
- * bench/rpc_common.ts spawnInGroup: a reference benchmark that outlives its bound is ended with every
+ * bench/spawn_group.ts spawnInGroup: a reference benchmark that outlives its bound is ended with every
  * process it started (issue 23: a timed-out torch_rpc.py used to leave its rank-1 child running).
  */
 import fs from "node:fs";
 import { describe, expect, it } from "vitest";
-import { spawnInGroup } from "../../bench/rpc_common.js";
+import { spawnInGroup } from "../../bench/spawn_group.js";
 
 const alive = (pid: number): boolean => {
   try {
