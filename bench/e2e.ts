@@ -1,7 +1,8 @@
 /**
  * `npm run bench -- --e2e` (issue 23, item 5): whole training workloads, tprpc beside a PyTorch RPC
  * twin written the idiomatic way, in one invocation, with ratios: notebook 04's pipelined GPT and
- * notebook 03's FedAvg (bench/e2e_fedavg.ts, bench/reference/torch_fedavg.py); not yet notebook 02's A3C.
+ * notebook 03's FedAvg (bench/e2e_fedavg.ts, bench/reference/torch_fedavg.py) and notebook 02's A3C
+ * actors (bench/e2e_a3c.ts, bench/reference/torch_a3c.py).
  *
  * 1. tprpc: this process is the master, two local workers (startLocalWorkers) each own one stage
  *    (remote() of a shipped nn.Module class): embeddings + blocks 0–1 on worker1, blocks 2–3 + lnF + head
@@ -20,7 +21,7 @@
  *    trips (queueing behind other calls, serialization, transfer).
  *
  * Flags: --quick (4 timed steps instead of 20, 1 timed FedAvg round instead of 5), --steps N,
- * --rounds N, --micro K, --threads T, --no-torch,
+ * --rounds N, --pushes N (A3C pushes per actor: 200, 30 with --quick), --micro K, --threads T, --no-torch,
  * --load N (N busy processes beside both sides, bench/load.ts).
  */
 import * as sdk from "../sdk/index.js";
@@ -36,6 +37,7 @@ import {
 } from "../sdk/index.js";
 import type { Tensor } from "../sdk/index.js";
 import { startLocalWorkers } from "../sdk/rpc/launcher.js";
+import { tprpcA3c } from "./e2e_a3c.js";
 import { FEDAVG_EXAMPLES, tprpcFedAvg } from "./e2e_fedavg.js";
 import { startLoad } from "./load.js";
 import { median, now, repoRoot } from "./rpc_common.js";
@@ -229,6 +231,9 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   let torch: ReturnType<typeof torchTwin>;
   let fedavg: number;
   let torchFedavg: ReturnType<typeof torchTwin>;
+  const pushes = num("--pushes", quick ? 30 : 200);
+  let a3c: number;
+  let torchA3c: ReturnType<typeof torchTwin>;
   try {
     process.stderr.write("[bench --e2e] pipelined GPT: tprpc ...\n");
     ours = await tprpcPipeline(o);
@@ -246,6 +251,13 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
     torchFedavg = noTorch
       ? "skipped (--no-torch)"
       : torchTwin("torch_fedavg.py", fedArgs, /fedavg: ([\d.]+) s\/round/, bound);
+    process.stderr.write("[bench --e2e] A3C: tprpc ...\n");
+    a3c = await tprpcA3c(pushes, o.threads);
+    process.stderr.write("[bench --e2e] A3C: PyTorch RPC ...\n");
+    const a3cArgs = ["--pushes", `${pushes}`, "--threads", `${o.threads}`];
+    torchA3c = noTorch
+      ? "skipped (--no-torch)"
+      : torchTwin("torch_a3c.py", a3cArgs, /a3c: ([\d.]+) env steps\/s/, bound);
   } finally {
     await load.stop();
   }
@@ -293,6 +305,19 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   );
   out.push(
     `  ratio (> 1: tprpc faster): ${typeof torchFedavg === "string" ? "-" : (torchFedavg.value / fedavg).toFixed(2) + "x"}`,
+  );
+  out.push("");
+  out.push(
+    `A3C actors (notebook 02: 3 actors on 3 workers, global net behind an RRef on the master, ${pushes} pushes of <= 20 CartPole steps per actor)`,
+  );
+  out.push(`  tprpc        ${Math.round(a3c).toLocaleString("en-US")} env steps/s`);
+  out.push(
+    typeof torchA3c === "string"
+      ? `  PyTorch RPC  unavailable — ${torchA3c}`
+      : `  PyTorch RPC  ${Math.round(torchA3c.value).toLocaleString("en-US")} env steps/s`,
+  );
+  out.push(
+    `  ratio (> 1: tprpc faster): ${typeof torchA3c === "string" ? "-" : (a3c / torchA3c.value).toFixed(2) + "x"}`,
   );
   out.push("");
   out.push(`e2e time ${(now() - wall).toFixed(1)} s`);
