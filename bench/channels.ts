@@ -21,8 +21,8 @@
  * 4. --plain (issue 23, item 7): the same configs once more with the master started as users start
  *    theirs, plain `node` with no flags (no --expose-gc, no --initial-old-space-size, NODE_OPTIONS
  *    cleared): a child process runs them and hands back its figures, printed as "<label> (plain master)"
- *    columns. Each column also counts the master's mark-compacts (PerformanceObserver "gc") over its
- *    measurements: the flags' whole effect is on that count.
+ *    columns. Every column also counts the master's mark-compacts (PerformanceObserver "gc") per size
+ *    (unforced ones): what the flag changes is that count.
  * 5. --load N (issue 23, item 6): N busy processes (bench/load.ts: tprpc matmuls, one thread each)
  *    run beside every measurement, PyTorch RPC's and grpc-js's included; the references then get
  *    (N + 1) × their usual time bound, and one that still times out is killed with its whole
@@ -159,7 +159,12 @@ function measureChannel(cfg: Config, quick: boolean): Promise<Figures | string> 
 }
 
 /** rpcSync / rpcAsync over a group whose pipes may use only `cfg.channel`. */
-function measureRpc(cfg: Config, quick: boolean, nodeArgs: readonly string[]): Promise<Figures | string> {
+function measureRpc(
+  cfg: Config,
+  quick: boolean,
+  nodeArgs: readonly string[],
+  gcs: Map<number, number>,
+): Promise<Figures | string> {
   return withEnv({ ...cfg.env, TPRPC_CHANNELS: cfg.channel }, async () => {
     const cluster = await startLocalWorkers({ workers: 1, nodeArgs });
     try {
@@ -171,7 +176,9 @@ function measureRpc(cfg: Config, quick: boolean, nodeArgs: readonly string[]): P
       await warmUp("worker1", quick);
       const figures: Figures = { sync: new Map(), async: new Map() };
       for (const n of SIZES) {
+        const before = await majorGcsSoFar();
         figures.sync.set(n, await rpcSyncRoundTrip("worker1", n, plan(n, quick), cfg.shared));
+        gcs.set(n, (await majorGcsSoFar()) - before);
         fullGc();
       }
       // NB: a 0 B call carries no storage, so the shared-storage config has no rate of its own
@@ -187,28 +194,29 @@ function measureRpc(cfg: Config, quick: boolean, nodeArgs: readonly string[]): P
   });
 }
 
-/** Mark-compacts V8 chose to run in this process while `fn` runs (major GCs, not forced ones, seen by a PerformanceObserver). */
-async function countingMajorGcs<T>(fn: () => Promise<T>): Promise<[T, number]> {
-  let majors = 0;
-  const obs = new PerformanceObserver((list) => {
-    for (const e of list.getEntries()) {
-      const d = (e as unknown as { detail?: { kind?: number; flags?: number } }).detail;
-      // NB: not the bench's own gc() calls (--expose-gc), which are forced
-      const forced = ((d?.flags ?? 0) & perfConstants.NODE_PERFORMANCE_GC_FLAGS_FORCED) !== 0;
-      if (d?.kind === perfConstants.NODE_PERFORMANCE_GC_MAJOR && !forced) majors++;
-    }
-  });
-  obs.observe({ entryTypes: ["gc"] });
-  try {
-    const r = await fn();
-    await new Promise((resolve) => setImmediate(resolve)); // the observer's last entries
-    return [r, majors];
-  } finally {
-    obs.disconnect();
+let majors = 0;
+let observer: PerformanceObserver | undefined;
+
+/**
+ * Mark-compacts V8 chose to run in this process so far (major GCs, not forced ones such as fullGc()'s,
+ * seen by a PerformanceObserver, whose entries arrive a task late: hence the wait).
+ */
+async function majorGcsSoFar(): Promise<number> {
+  if (!observer) {
+    observer = new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) {
+        const d = (e as unknown as { detail?: { kind?: number; flags?: number } }).detail;
+        const forced = ((d?.flags ?? 0) & perfConstants.NODE_PERFORMANCE_GC_FLAGS_FORCED) !== 0;
+        if (d?.kind === perfConstants.NODE_PERFORMANCE_GC_MAJOR && !forced) majors++;
+      }
+    });
+    observer.observe({ entryTypes: ["gc"] });
   }
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  return majors;
 }
 
-type Serialized = { sync: [number, number][]; async: [number, number][]; majorGcs: number } | string;
+type Serialized = { sync: [number, number][]; async: [number, number][]; majorGcs: [number, number][] } | string;
 
 /**
  * --plain: runs `labels` in a child master started with no node flags and NODE_OPTIONS cleared
@@ -256,21 +264,19 @@ async function main(): Promise<void> {
   if (!Number.isInteger(loadN) || loadN < 0) throw new Error(`--load wants a count of processes, got ${loadN}`);
   const load = await startLoad(loadN);
   const results = new Map<string, Figures | string>();
-  const majorGcs = new Map<string, number>();
+  const majorGcs = new Map<string, Map<number, number>>();
   let torch: { figures: Figures; header: string } | string;
   let grpc: { figures: Figures; header: string } | string;
   try {
     for (const cfg of configs) {
       process.stderr.write(`[bench:channels] ${cfg.label} ...\n`);
-      const [r, gcs] = await countingMajorGcs(() =>
-        channelLevel ? measureChannel(cfg, quick) : measureRpc(cfg, quick, nodeArgs),
-      );
-      results.set(cfg.label, r);
+      const gcs = new Map<number, number>();
+      results.set(cfg.label, await (channelLevel ? measureChannel(cfg, quick) : measureRpc(cfg, quick, nodeArgs, gcs)));
       majorGcs.set(cfg.label, gcs);
     }
     if (emitJson) {
-      const ser = (r: Figures | string, gcs: number): Serialized =>
-        typeof r === "string" ? r : { sync: [...r.sync], async: [...r.async], majorGcs: gcs };
+      const ser = (r: Figures | string, gcs: Map<number, number>): Serialized =>
+        typeof r === "string" ? r : { sync: [...r.sync], async: [...r.async], majorGcs: [...gcs] };
       const obj = Object.fromEntries(configs.map((c) => [c.label, ser(results.get(c.label)!, majorGcs.get(c.label)!)]));
       process.stdout.write(`JSON ${JSON.stringify(obj)}\n`);
       return;
@@ -287,7 +293,7 @@ async function main(): Promise<void> {
         const label = `${cfg.label} (plain master)`;
         configs.push({ ...cfg, label });
         results.set(label, typeof r === "string" ? r : { sync: new Map(r.sync), async: new Map(r.async) });
-        if (typeof r !== "string") majorGcs.set(label, r.majorGcs);
+        if (typeof r !== "string") majorGcs.set(label, new Map(r.majorGcs));
       }
     }
     // NB: under --load the references get (N + 1)× the time: they must finish to be compared
@@ -319,9 +325,15 @@ async function main(): Promise<void> {
       ? `Under load: ${loadN} busy process(es) (256x256 matmul + softmax + add, 1 tprpc thread each) beside every column, the references' included`
       : "No load beside the measurements (--load N adds N busy processes)",
   );
-  out.push(
-    `Master mark-compacts V8 ran during each column (not counting the bench's gc() calls): ${configs.map((c) => `${c.label} ${majorGcs.get(c.label) ?? "-"}`).join(", ")}`,
-  );
+  if (!channelLevel) {
+    out.push(
+      "Mark-compacts V8 ran in the master while each size was timed (not counting the bench's own collections):",
+    );
+    for (const c of configs) {
+      const g = majorGcs.get(c.label);
+      if (g?.size) out.push(`- ${c.label}: ${[...g].map(([n, k]) => `${fmtBytes(n)} ${k}`).join(", ")}`);
+    }
+  }
   out.push("");
   const cols = [...configs.map((c) => c.label), ...refs.map(([n]) => n)];
   out.push(`| size | ${cols.join(" | ")} |`);
