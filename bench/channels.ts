@@ -18,15 +18,29 @@
  *    @grpc/grpc-js (or one on NODE_PATH), ~1 min; --no-grpc skips it. Both get --quick too.
  * 3. Ratios: torch time / channel time, so > 1 means the channel is faster.
  *
+ * 4. --plain (issue 23, item 7): the same configs once more with the master started as users start
+ *    theirs, plain `node` with no flags (no --expose-gc, no --initial-old-space-size, NODE_OPTIONS
+ *    cleared): a child process runs them and hands back its figures, printed as "<label> (plain master)"
+ *    columns. Every column also counts the master's mark-compacts (PerformanceObserver "gc") per size
+ *    (unforced ones): what the flag changes is that count.
+ * 5. --load N (issue 23, item 6): N busy processes (bench/load.ts: tprpc matmuls, one thread each)
+ *    run beside every measurement, PyTorch RPC's and grpc-js's included; the references then get
+ *    (N + 1) × their usual time bound, and one that still times out is killed with its whole
+ *    process group (spawn_group.ts spawnInGroup).
+ *
  * Flags: --quick (fewer trials), --only shm,cma (configs by label prefix), --channel-level (1b instead of 1),
  * --worker-node-args "<flags>" (node flags for the workers too, e.g. to time both sides under a GC flag:
  * node --expose-gc --initial-old-space-size=256 --single-threaded-gc dist/bench/channels.js
  * --worker-node-args --single-threaded-gc).
  */
+import { spawn } from "node:child_process";
+import { PerformanceObserver, constants as perfConstants } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
 import type { ChannelContext } from "../sdk/channel/interface.js";
 import { rpc } from "../sdk/index.js";
 import { startLocalWorkers, withRpcNodeFlags } from "../sdk/rpc/launcher.js";
 import { ChannelPeer, pattern } from "../test/native/channel_peer.js";
+import { startLoad } from "./load.js";
 import {
   ASYNC_SIZES,
   type Figures,
@@ -34,6 +48,7 @@ import {
   type Plan,
   SIZES,
   callsPerSecond,
+  fullGc,
   identity,
   medianRoundTrip,
   rpcAsyncRate,
@@ -130,7 +145,7 @@ function measureChannel(cfg: Config, quick: boolean): Promise<Figures | string> 
       const figures: Figures = { sync: new Map(), async: new Map() };
       for (const n of SIZES) {
         figures.sync.set(n, await measureSync(peer, n, quick));
-        (globalThis as { gc?: () => void }).gc?.();
+        fullGc();
       }
       for (const n of ASYNC_SIZES) figures.async.set(n, await measureAsync(peer, n, quick));
       if (peer.childErrors.length) return `the peer reported: ${peer.childErrors[0]}`;
@@ -144,7 +159,12 @@ function measureChannel(cfg: Config, quick: boolean): Promise<Figures | string> 
 }
 
 /** rpcSync / rpcAsync over a group whose pipes may use only `cfg.channel`. */
-function measureRpc(cfg: Config, quick: boolean, nodeArgs: readonly string[]): Promise<Figures | string> {
+function measureRpc(
+  cfg: Config,
+  quick: boolean,
+  nodeArgs: readonly string[],
+  gcs: Map<number, number>,
+): Promise<Figures | string> {
   return withEnv({ ...cfg.env, TPRPC_CHANNELS: cfg.channel }, async () => {
     const cluster = await startLocalWorkers({ workers: 1, nodeArgs });
     try {
@@ -156,8 +176,10 @@ function measureRpc(cfg: Config, quick: boolean, nodeArgs: readonly string[]): P
       await warmUp("worker1", quick);
       const figures: Figures = { sync: new Map(), async: new Map() };
       for (const n of SIZES) {
+        const before = await majorGcsSoFar();
         figures.sync.set(n, await rpcSyncRoundTrip("worker1", n, plan(n, quick), cfg.shared));
-        (globalThis as { gc?: () => void }).gc?.();
+        gcs.set(n, (await majorGcsSoFar()) - before);
+        fullGc();
       }
       // NB: a 0 B call carries no storage, so the shared-storage config has no rate of its own
       if (!cfg.shared) figures.async.set(0, await rpcAsyncRate("worker1", 0, quick));
@@ -169,6 +191,54 @@ function measureRpc(cfg: Config, quick: boolean, nodeArgs: readonly string[]): P
       await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
       await cluster.close();
     }
+  });
+}
+
+let majors = 0;
+let observer: PerformanceObserver | undefined;
+
+/**
+ * Mark-compacts V8 chose to run in this process so far (major GCs, not forced ones such as fullGc()'s,
+ * seen by a PerformanceObserver, whose entries arrive a task late: hence the wait).
+ */
+async function majorGcsSoFar(): Promise<number> {
+  if (!observer) {
+    observer = new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) {
+        const d = (e as unknown as { detail?: { kind?: number; flags?: number } }).detail;
+        const forced = ((d?.flags ?? 0) & perfConstants.NODE_PERFORMANCE_GC_FLAGS_FORCED) !== 0;
+        if (d?.kind === perfConstants.NODE_PERFORMANCE_GC_MAJOR && !forced) majors++;
+      }
+    });
+    observer.observe({ entryTypes: ["gc"] });
+  }
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  return majors;
+}
+
+type Serialized = { sync: [number, number][]; async: [number, number][]; majorGcs: [number, number][] } | string;
+
+/**
+ * --plain: runs `labels` in a child master started with no node flags and NODE_OPTIONS cleared
+ * (what `node master.js` gets), bounded by `timeoutMs`; its figures, or why there are none.
+ */
+function runPlainMaster(labels: string[], quick: boolean, timeoutMs: number): Promise<Map<string, Serialized>> {
+  const args = [fileURLToPath(import.meta.url), "--emit-json", "--only", labels.join(","), "--no-torch", "--no-grpc"];
+  if (quick) args.push("--quick");
+  const env = { ...process.env };
+  delete env.NODE_OPTIONS;
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, args, { env, stdio: ["ignore", "pipe", "inherit"] });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.once("exit", (code, signal) => {
+      clearTimeout(timer);
+      const line = out.split("\n").find((l) => l.startsWith("JSON "));
+      if (line) return resolve(new Map(Object.entries(JSON.parse(line.slice(5)) as Record<string, Serialized>)));
+      const why = `the plain master ended (${signal ?? code}) without figures`;
+      resolve(new Map(labels.map((l) => [l, why])));
+    });
   });
 }
 
@@ -188,13 +258,51 @@ async function main(): Promise<void> {
   const configs = CONFIGS.filter(
     (c) => (!only || only.some((o) => c.label.startsWith(o))) && !(channelLevel && c.shared),
   );
+  const emitJson = argv.includes("--emit-json");
+  const plain = argv.includes("--plain") && !channelLevel && !emitJson;
+  const loadN = argv.includes("--load") ? Number(argv[argv.indexOf("--load") + 1]) : 0;
+  if (!Number.isInteger(loadN) || loadN < 0) throw new Error(`--load wants a count of processes, got ${loadN}`);
+  const load = await startLoad(loadN);
   const results = new Map<string, Figures | string>();
-  for (const cfg of configs) {
-    process.stderr.write(`[bench:channels] ${cfg.label} ...\n`);
-    results.set(cfg.label, await (channelLevel ? measureChannel(cfg, quick) : measureRpc(cfg, quick, nodeArgs)));
+  const majorGcs = new Map<string, Map<number, number>>();
+  let torch: { figures: Figures; header: string } | string;
+  let grpc: { figures: Figures; header: string } | string;
+  try {
+    for (const cfg of configs) {
+      process.stderr.write(`[bench:channels] ${cfg.label} ...\n`);
+      const gcs = new Map<number, number>();
+      results.set(cfg.label, await (channelLevel ? measureChannel(cfg, quick) : measureRpc(cfg, quick, nodeArgs, gcs)));
+      majorGcs.set(cfg.label, gcs);
+    }
+    if (emitJson) {
+      const ser = (r: Figures | string, gcs: Map<number, number>): Serialized =>
+        typeof r === "string" ? r : { sync: [...r.sync], async: [...r.async], majorGcs: [...gcs] };
+      const obj = Object.fromEntries(configs.map((c) => [c.label, ser(results.get(c.label)!, majorGcs.get(c.label)!)]));
+      process.stdout.write(`JSON ${JSON.stringify(obj)}\n`);
+      return;
+    }
+    if (plain) {
+      process.stderr.write(`[bench:channels] the same with a plain master (no node flags) ...\n`);
+      const plainRuns = await runPlainMaster(
+        configs.map((c) => c.label),
+        quick,
+        600_000 * (loadN + 1),
+      );
+      for (const cfg of [...configs]) {
+        const r = plainRuns.get(cfg.label) ?? "no figures";
+        const label = `${cfg.label} (plain master)`;
+        configs.push({ ...cfg, label });
+        results.set(label, typeof r === "string" ? r : { sync: new Map(r.sync), async: new Map(r.async) });
+        if (typeof r !== "string") majorGcs.set(label, new Map(r.majorGcs));
+      }
+    }
+    // NB: under --load the references get (N + 1)× the time: they must finish to be compared
+    const bound = 300_000 * (loadN + 1);
+    torch = argv.includes("--no-torch") ? "skipped (--no-torch)" : runReference("torch", quick, bound);
+    grpc = argv.includes("--no-grpc") ? "skipped (--no-grpc)" : runReference("grpc", quick, bound);
+  } finally {
+    await load.stop();
   }
-  const torch = argv.includes("--no-torch") ? "skipped (--no-torch)" : runReference("torch", quick);
-  const grpc = argv.includes("--no-grpc") ? "skipped (--no-grpc)" : runReference("grpc", quick);
   const refs: Array<[string, { figures: Figures; header: string } | string]> = [
     ["PyTorch RPC", torch],
     ["grpc-js", grpc],
@@ -212,6 +320,20 @@ async function main(): Promise<void> {
       `Node flags: this process ${process.execArgv.join(" ") || "(none)"}; workers ${withRpcNodeFlags(nodeArgs).join(" ")}`,
     );
   for (const [name, r] of refs) out.push(`${name}: ${typeof r === "string" ? `unavailable — ${r}` : r.header}`);
+  out.push(
+    loadN
+      ? `Under load: ${loadN} busy process(es) (256x256 matmul + softmax + add, 1 tprpc thread each) beside every column, the references' included`
+      : "No load beside the measurements (--load N adds N busy processes)",
+  );
+  if (!channelLevel) {
+    out.push(
+      "Mark-compacts V8 ran in the master while each size was timed (not counting the bench's own collections):",
+    );
+    for (const c of configs) {
+      const g = majorGcs.get(c.label);
+      if (g?.size) out.push(`- ${c.label}: ${[...g].map(([n, k]) => `${fmtBytes(n)} ${k}`).join(", ")}`);
+    }
+  }
   out.push("");
   const cols = [...configs.map((c) => c.label), ...refs.map(([n]) => n)];
   out.push(`| size | ${cols.join(" | ")} |`);

@@ -25,6 +25,7 @@ import {
   ASYNC_SIZES,
   type Figures,
   IN_FLIGHT,
+  fullGc,
   type Plan,
   SIZES,
   identity,
@@ -66,7 +67,7 @@ async function runTprpc(quick: boolean): Promise<Figures> {
     const figures: Figures = { sync: new Map(), async: new Map() };
     for (const n of SIZES) {
       figures.sync.set(n, await rpcSyncRoundTrip("worker1", n, plan(n, quick)));
-      (globalThis as { gc?: () => void }).gc?.();
+      fullGc();
     }
     for (const n of ASYNC_SIZES) figures.async.set(n, await rpcAsyncRate("worker1", n, quick));
     // NB: a short bound: Agent.shutdown leaves its bound's timer armed, holding the process open that long.
@@ -103,6 +104,7 @@ export async function rpcBench(quick: boolean): Promise<void> {
     "tprpc: this process (rank 0) + 1 worker (startLocalWorkers), shipped identity (x) => x, float32 tensors",
   );
   console.log(pipeLine);
+  console.log(`master node flags: ${process.execArgv.join(" ") || "none (as a plain node master.js)"}`);
   if (typeof torch === "string") console.log(`PyTorch RPC reference unavailable (${torch})`);
   else console.log(`PyTorch RPC: ${torch.header}; TensorPipe default = shm transport + cma channel on one host`);
   if (typeof torchTcp === "string") console.log(`PyTorch RPC over TCP unavailable (${torchTcp})`);

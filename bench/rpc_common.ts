@@ -6,12 +6,14 @@
  * identity measurements, and running + parsing the reference scripts
  * (reference/torch_rpc.py, reference/grpc_node.mjs) so ratios come from the same invocation.
  */
-import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
+import v8 from "node:v8";
+import vm from "node:vm";
 import { fileURLToPath } from "node:url";
 import { Tensor, ones, rpc } from "../sdk/index.js";
+import { spawnInGroup } from "./spawn_group.js";
 
 export const SIZES = [0, 4_000, 4_000_000, 40_000_000, 400_000_000];
 export const ASYNC_SIZES = [0, 4_000];
@@ -69,6 +71,30 @@ export async function callsPerSecond(call: () => Promise<unknown>, quick: boolea
   const rates: number[] = [];
   for (let t = 0; t < (quick ? 3 : 5); t++) rates.push(await run());
   return median(rates);
+}
+
+let gcFn: (() => void) | null | undefined;
+
+/**
+ * A full garbage collection between measurements, without --expose-gc (issue 23, item 7: the
+ * benchmarks run with no node flags, as a user's `node master.js`): the global gc() when there is
+ * one, else V8's gc() from a fresh context with the flag set briefly (as sdk/rpc/gc.ts takes it).
+ */
+export function fullGc(): void {
+  if (gcFn === undefined) {
+    const global = (globalThis as { gc?: () => void }).gc;
+    if (typeof global === "function") gcFn = global;
+    else {
+      v8.setFlagsFromString("--expose-gc");
+      try {
+        const fn = vm.runInNewContext("gc") as unknown;
+        gcFn = typeof fn === "function" ? (fn as () => void) : null;
+      } finally {
+        v8.setFlagsFromString("--no-expose-gc");
+      }
+    }
+  }
+  gcFn?.();
 }
 
 /** The shipped target of every RPC measurement. */
@@ -137,6 +163,7 @@ function parseTime(v: string, unit: string): number {
 export function runReference(
   kind: "torch" | "torch-tcp" | "grpc",
   quick = false,
+  timeoutMs = 300_000,
 ): { figures: Figures; header: string } | string {
   const root = repoRoot();
   const file = kind === "grpc" ? "grpc_node.mjs" : "torch_rpc.py";
@@ -150,7 +177,7 @@ export function runReference(
     // NB: "torch-tcp" pins TensorPipe to its uv (TCP) transport and basic channel: the same wire as ours.
     const tcpOnly = kind === "torch-tcp" ? ["--transports", "uv", "--channels", "basic"] : [];
     const sizes = ["--sizes", SIZES.join(","), "--async-sizes", ASYNC_SIZES.join(","), "--in-flight", `${IN_FLIGHT}`];
-    r = spawnSync(program, [script, ...sizes, ...tcpOnly, ...quickArgs], { encoding: "utf8", timeout: 300_000 });
+    r = spawnInGroup(program, [script, ...sizes, ...tcpOnly, ...quickArgs], timeoutMs);
   } else {
     try {
       createRequire(script).resolve("@grpc/grpc-js"); // as the script will: node_modules above it, or NODE_PATH
@@ -158,9 +185,10 @@ export function runReference(
       return "@grpc/grpc-js is not installed (npm install: it is a devDependency)";
     }
     program = process.execPath;
-    r = spawnSync(program, [script, "--sizes", SIZES.join(","), ...quickArgs], { encoding: "utf8", timeout: 300_000 });
+    r = spawnInGroup(program, [script, "--sizes", SIZES.join(","), ...quickArgs], timeoutMs);
   }
   if (r.error) return `${program}: ${r.error.message}`;
+  if (r.timedOut) return `${program} did not finish in ${timeoutMs / 1000} s (its process group was killed)`;
   if (r.status !== 0) return `${program} exited ${r.status}: ${(r.stderr ?? "").trim().slice(-300)}`;
   const figures: Figures = { sync: new Map(), async: new Map() };
   let header = "";

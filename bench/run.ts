@@ -21,7 +21,8 @@
  * Then the RPC section (bench/rpc.ts): tprpc over TCP vs PyTorch RPC between two local
  * processes. `-- --rpc-only` / `-- --no-rpc` run one section. `-- --collectives` runs only the
  * tprpc.distributed section (bench/collectives.ts: send/recv per channel, allReduce in 3 and 4
- * processes, beside torch.distributed's gloo).
+ * processes, beside torch.distributed's gloo). `-- --e2e` runs only the whole-workload section
+ * (bench/e2e.ts: notebook 04's pipelined GPT beside its PyTorch RPC twin).
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -31,6 +32,8 @@ import { fileURLToPath } from "node:url";
 import { backend, manualSeed, randn, setNumThreads } from "../sdk/index.js";
 import { rpcBench } from "./rpc.js";
 import { collectivesBench } from "./collectives.js";
+import { e2eBench } from "./e2e.js";
+import { fullGc } from "./rpc_common.js";
 
 const QUICK = process.argv.includes("--quick");
 const MATMUL_SIZES = QUICK ? [256, 512] : [256, 512, 1024, 2048];
@@ -70,7 +73,7 @@ function median(xs: number[]): number {
  * trials of `batch` calls (batch makes a trial >= ~20 ms), median over trials.
  */
 function measure(fn: () => unknown, budgetS = 1.5, minTrials = 5): number {
-  (globalThis as { gc?: () => void }).gc?.();
+  fullGc();
   let t0 = now();
   fn();
   const est = Math.max(now() - t0, 1e-7);
@@ -287,14 +290,13 @@ function main(): void {
     console.log(
       `torch into a preallocated out= (no allocation), 1 thread: add ${fmt(t1.add_out_gbs, 0)} GB/s, exp ${fmt(t1.exp_out_gbs, 0)} GB/s`,
     );
-  console.log(
-    `tprpc measuring time ${(now() - wall).toFixed(1)} s${(globalThis as { gc?: unknown }).gc ? "" : " (run with --expose-gc for steadier figures)"}`,
-  );
+  console.log(`tprpc measuring time ${(now() - wall).toFixed(1)} s`);
 }
 
 const childAt = process.argv.indexOf("--child");
 if (childAt >= 0) child(process.argv[childAt + 1]!, Number(process.argv[childAt + 2]));
 else if (process.argv.includes("--collectives")) await collectivesBench(QUICK);
+else if (process.argv.includes("--e2e")) await e2eBench(process.argv.slice(2));
 else {
   // --rpc-only / --no-rpc pick one section; the RPC section (bench/rpc.ts) follows the tensor one.
   if (!process.argv.includes("--rpc-only")) main();

@@ -1,4 +1,6 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --initial-old-space-size=256
+// NB: the shebang passes rpc.RPC_NODE_FLAGS (sdk/rpc/launcher.ts: fewer mark-compacts while tensors land in a
+// small heap), as startLocalWorkers does for its workers; `node bin/tprpc.mjs` runs without it.
 // The `tprpc` command. `tprpc worker --name worker1 --rank 1 --world-size 3 --init-method tcp://host:port`
 // (or the env variables RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TPRPC_SECRET) joins a group,
 // serves calls until the group shuts down, and exits when its master goes away.

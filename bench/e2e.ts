@@ -1,0 +1,325 @@
+/**
+ * `npm run bench -- --e2e` (issue 23, item 5): whole training workloads, tprpc beside a PyTorch RPC
+ * twin written the idiomatic way, in one invocation, with ratios: notebook 04's pipelined GPT and
+ * notebook 03's FedAvg (bench/e2e_fedavg.ts, bench/reference/torch_fedavg.py) and notebook 02's A3C
+ * actors (bench/e2e_a3c.ts, bench/reference/torch_a3c.py).
+ *
+ * 1. tprpc: this process is the master, two local workers (startLocalWorkers) each own one stage
+ *    (remote() of a shipped nn.Module class): embeddings + blocks 0–1 on worker1, blocks 2–3 + lnF + head
+ *    on worker2, both built from manualSeed(1234). A step splits a batch of 32 × 64 tokens into --micro
+ *    (4) micro-batches, chains stage1.remote().forward(x) → stage2.rpcAsync().forward(rref, y) for each
+ *    without waiting, then distAutograd.backward and a DistributedOptimizer(AdamW) step in one context.
+ *    Model { vocab 70, 4 layers, 128 wide, 4 heads, block 64, untied }, AdamW lr 3e-3, betas
+ *    (0.9, 0.99), weight decay 0.01; tokens are drawn from the seeded generator (a step's speed does not
+ *    depend on them). Every process computes with --threads (1) threads.
+ * 2. unsplit: the same model, batch and optimizer in this process alone (notebook 04's last comparison).
+ * 3. torch: bench/reference/torch_gpt_pipeline.py under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides),
+ *    the same model, split, batch, micro-batches, optimizer and step count, run in a process group of
+ *    its own and killed whole if it does not finish (spawn_group.ts spawnInGroup).
+ * 4. Where a tprpc step's time goes, as rpc.profiler sees it from the master over one profiled step:
+ *    per (worker, target), the calls, the callee's run time (compute there) and the rest of the round
+ *    trips (queueing behind other calls, serialization, transfer).
+ *
+ * Flags: --quick (4 timed steps instead of 20, 1 timed FedAvg round instead of 5), --steps N,
+ * --rounds N, --pushes N (A3C pushes per actor: 200, 30 with --quick), --micro K, --threads T, --no-torch,
+ * --load N (N busy processes beside both sides, bench/load.ts).
+ */
+import * as sdk from "../sdk/index.js";
+import {
+  DistributedOptimizer,
+  distAutograd,
+  manualSeed,
+  nn,
+  optim,
+  randint,
+  rpc,
+  setNumThreads,
+} from "../sdk/index.js";
+import type { Tensor } from "../sdk/index.js";
+import { startLocalWorkers } from "../sdk/rpc/launcher.js";
+import { tprpcA3c } from "./e2e_a3c.js";
+import { FEDAVG_EXAMPLES, tprpcFedAvg } from "./e2e_fedavg.js";
+import { startLoad } from "./load.js";
+import { median, now, repoRoot } from "./rpc_common.js";
+import { spawnInGroup } from "./spawn_group.js";
+import path from "node:path";
+
+// NB: the name shipped code sees on the callee (as the notebook kernel preloads it)
+const tprpc = sdk;
+
+const CONFIG = { vocabSize: 70, nLayer: 4, nEmbd: 128, nHead: 4, blockSize: 64, tieWeights: false };
+const BATCH = 32;
+const BLOCK = 64;
+const MODEL_SEED = 1234;
+const ADAMW = { lr: 3e-3, betas: [0.9, 0.99] as [number, number], weightDecay: 0.01 };
+
+class Stage1 extends tprpc.nn.Module {
+  declare wte: InstanceType<typeof tprpc.nn.Embedding>;
+  declare wpe: InstanceType<typeof tprpc.nn.Embedding>;
+  declare blocks: InstanceType<typeof tprpc.nn.ModuleList<InstanceType<typeof tprpc.nn.TransformerBlock>>>;
+  constructor(cfg: typeof CONFIG, seed: number) {
+    super();
+    tprpc.manualSeed(seed);
+    const full = new tprpc.nn.GPT(cfg);
+    this.wte = full.wte;
+    this.wpe = full.wpe;
+    this.blocks = new tprpc.nn.ModuleList([...full.blocks].slice(0, cfg.nLayer / 2));
+  }
+  forward(idx: Tensor): Tensor {
+    let x = this.wte.forward(idx).add(this.wpe.forward(tprpc.arange(idx.shape[1]!)));
+    for (const b of this.blocks) x = b.forward(x);
+    return x;
+  }
+  parameterRRefs(): sdk.rpc.RRef<Tensor>[] {
+    return this.parameters().map((p) => new tprpc.rpc.RRef(p));
+  }
+}
+
+class Stage2 extends tprpc.nn.Module {
+  declare blocks: InstanceType<typeof tprpc.nn.ModuleList<InstanceType<typeof tprpc.nn.TransformerBlock>>>;
+  declare lnF: InstanceType<typeof tprpc.nn.LayerNorm>;
+  declare lmHead: InstanceType<typeof tprpc.nn.Linear>;
+  constructor(cfg: typeof CONFIG, seed: number) {
+    super();
+    tprpc.manualSeed(seed);
+    const full = new tprpc.nn.GPT(cfg);
+    this.blocks = new tprpc.nn.ModuleList([...full.blocks].slice(cfg.nLayer / 2));
+    this.lnF = full.lnF;
+    this.lmHead = full.lmHead;
+  }
+  async forward(hRef: sdk.rpc.RRef<Tensor>, targets: Tensor): Promise<Tensor> {
+    let x = await hRef.toHere();
+    for (const b of this.blocks) x = b.forward(x);
+    const logits = this.lmHead.forward(this.lnF.forward(x));
+    return tprpc.nn.functional.crossEntropy(logits.reshape([-1, logits.shape[2]!]), targets.reshape([-1]));
+  }
+  parameterRRefs(): sdk.rpc.RRef<Tensor>[] {
+    return this.parameters().map((p) => new tprpc.rpc.RRef(p));
+  }
+}
+
+interface Opts {
+  steps: number;
+  micro: number;
+  threads: number;
+}
+
+interface Breakdown {
+  stepMs: number;
+  rows: { peer: string; target: string; calls: number; calleeMs: number; restMs: number }[];
+}
+
+/** tprpc's pipelined GPT: median ms per step, the last loss, and one profiled step's breakdown. */
+async function tprpcPipeline(o: Opts): Promise<{ ms: number; loss: number; breakdown: Breakdown }> {
+  const cluster = await startLocalWorkers({ workers: 2 });
+  try {
+    await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 300_000, initTimeoutMs: 30_000 });
+    for (const w of ["worker1", "worker2"]) await rpc.rpcSync(w, (n: number) => tprpc.setNumThreads(n), [o.threads]);
+    const stage1 = rpc.remote<Stage1>("worker1", Stage1, [CONFIG, MODEL_SEED]);
+    const stage2 = rpc.remote<Stage2>("worker2", Stage2, [CONFIG, MODEL_SEED]);
+    const params = [...(await stage1.rpcSync().parameterRRefs()), ...(await stage2.rpcSync().parameterRRefs())];
+    const opt = new DistributedOptimizer(optim.AdamW, params, ADAMW);
+    manualSeed(0);
+    const step = (): Promise<number> => {
+      const x = randint(0, CONFIG.vocabSize, [BATCH, BLOCK]);
+      const y = randint(0, CONFIG.vocabSize, [BATCH, BLOCK]);
+      return distAutograd.context(async (ctxId) => {
+        const ys = y.chunk(o.micro);
+        const losses = await Promise.all(
+          x.chunk(o.micro).map((xm, i) => stage2.rpcAsync().forward(stage1.remote().forward(xm), ys[i]!)),
+        );
+        const loss = losses.reduce((a, b) => a.add(b)).div(o.micro);
+        await distAutograd.backward(ctxId, [loss]);
+        await opt.step(ctxId);
+        return loss.item() as number;
+      });
+    };
+    for (let i = 0; i < 2; i++) await step();
+    const times: number[] = [];
+    let loss = 0;
+    for (let i = 0; i < o.steps; i++) {
+      const t0 = now();
+      loss = await step();
+      times.push(now() - t0);
+    }
+    rpc.profiler.clear();
+    rpc.profiler.enable();
+    const t0 = now();
+    await step();
+    const stepMs = (now() - t0) * 1e3;
+    rpc.profiler.disable();
+    const rows = new Map<string, Breakdown["rows"][number]>();
+    for (const r of rpc.profiler.records()) {
+      const key = `${r.peer}\u0000${r.target}`;
+      const row = rows.get(key) ?? { peer: r.peer, target: r.target, calls: 0, calleeMs: 0, restMs: 0 };
+      const callee = r.calleeStart !== null && r.calleeEnd !== null ? r.calleeEnd - r.calleeStart : 0;
+      row.calls++;
+      row.calleeMs += callee;
+      if (r.replyAt !== null) row.restMs += r.replyAt - r.queuedAt - callee;
+      rows.set(key, row);
+    }
+    rpc.profiler.clear();
+    await rpc.shutdown({ timeoutMs: 10_000 });
+    return { ms: median(times) * 1e3, loss, breakdown: { stepMs, rows: [...rows.values()] } };
+  } finally {
+    await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
+    await cluster.close();
+  }
+}
+
+/** The same model, batch and optimizer unsplit in this process: median ms per step. */
+function unsplit(o: Opts): number {
+  setNumThreads(o.threads);
+  manualSeed(MODEL_SEED);
+  const model = new nn.GPT(CONFIG);
+  const opt = new optim.AdamW(model.parameters(), ADAMW);
+  manualSeed(0);
+  const step = (): void => {
+    const x = randint(0, CONFIG.vocabSize, [BATCH, BLOCK]);
+    const y = randint(0, CONFIG.vocabSize, [BATCH, BLOCK]);
+    opt.zeroGrad();
+    const { loss } = model.forward(x, y);
+    loss!.backward();
+    opt.step();
+  };
+  for (let i = 0; i < 2; i++) step();
+  const times: number[] = [];
+  for (let i = 0; i < o.steps; i++) {
+    const t0 = now();
+    step();
+    times.push(now() - t0);
+  }
+  return median(times) * 1e3;
+}
+
+/** Runs a PyTorch RPC twin in bench/reference; the first number `re` captures and the "# " header, or why not. */
+function torchTwin(
+  file: string,
+  args: string[],
+  re: RegExp,
+  timeoutMs: number,
+): { value: number; header: string } | string {
+  const root = repoRoot();
+  if (!root) return "the repository root was not found";
+  const python = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
+  const r = spawnInGroup(python, [path.join(root, "bench", "reference", file), ...args], timeoutMs);
+  if (r.error) return `${python}: ${r.error.message}`;
+  if (r.timedOut) return `did not finish in ${timeoutMs / 1000} s (its process group was killed)`;
+  const m = re.exec(r.stdout ?? "");
+  if (r.status !== 0 || !m) return `exited ${r.status}: ${(r.stderr ?? "").trim().slice(-300)}`;
+  return { value: Number(m[1]), header: /^# (.*)$/m.exec(r.stdout)?.[1] ?? "" };
+}
+
+const tokensPerS = (ms: number): number => (BATCH * BLOCK) / (ms / 1e3);
+const fmtTok = (ms: number): string => `${Math.round(tokensPerS(ms)).toLocaleString("en-US")} tokens/s`;
+
+export async function e2eBench(argv: readonly string[]): Promise<void> {
+  const num = (name: string, dflt: number): number => {
+    const i = argv.indexOf(name);
+    return i >= 0 ? Number(argv[i + 1]) : dflt;
+  };
+  const quick = argv.includes("--quick");
+  const o: Opts = { steps: num("--steps", quick ? 4 : 20), micro: num("--micro", 4), threads: num("--threads", 1) };
+  const loadN = num("--load", 0);
+  const load = await startLoad(loadN);
+  const wall = now();
+  const bound = 600_000 * (loadN + 1);
+  const noTorch = argv.includes("--no-torch");
+  const rounds = num("--rounds", quick ? 1 : 5);
+  let ours: Awaited<ReturnType<typeof tprpcPipeline>>;
+  let alone: number;
+  let torch: ReturnType<typeof torchTwin>;
+  let fedavg: number;
+  let torchFedavg: ReturnType<typeof torchTwin>;
+  const pushes = num("--pushes", quick ? 30 : 200);
+  let a3c: number;
+  let torchA3c: ReturnType<typeof torchTwin>;
+  try {
+    process.stderr.write("[bench --e2e] pipelined GPT: tprpc ...\n");
+    ours = await tprpcPipeline(o);
+    process.stderr.write("[bench --e2e] pipelined GPT: unsplit ...\n");
+    alone = unsplit(o);
+    process.stderr.write("[bench --e2e] pipelined GPT: PyTorch RPC ...\n");
+    const gptArgs = ["--steps", `${o.steps}`, "--micro", `${o.micro}`, "--threads", `${o.threads}`];
+    torch = noTorch
+      ? "skipped (--no-torch)"
+      : torchTwin("torch_gpt_pipeline.py", gptArgs, /pipeline gpt: ([\d.]+) ms\/step/, bound);
+    process.stderr.write("[bench --e2e] FedAvg: tprpc ...\n");
+    fedavg = await tprpcFedAvg(rounds, o.threads);
+    process.stderr.write("[bench --e2e] FedAvg: PyTorch RPC ...\n");
+    const fedArgs = ["--rounds", `${rounds}`, "--threads", `${o.threads}`];
+    torchFedavg = noTorch
+      ? "skipped (--no-torch)"
+      : torchTwin("torch_fedavg.py", fedArgs, /fedavg: ([\d.]+) s\/round/, bound);
+    process.stderr.write("[bench --e2e] A3C: tprpc ...\n");
+    a3c = await tprpcA3c(pushes, o.threads);
+    process.stderr.write("[bench --e2e] A3C: PyTorch RPC ...\n");
+    const a3cArgs = ["--pushes", `${pushes}`, "--threads", `${o.threads}`];
+    torchA3c = noTorch
+      ? "skipped (--no-torch)"
+      : torchTwin("torch_a3c.py", a3cArgs, /a3c: ([\d.]+) env steps\/s/, bound);
+  } finally {
+    await load.stop();
+  }
+  const out: string[] = [];
+  out.push("tprpc bench --e2e: whole workloads, tprpc vs PyTorch RPC, measured in this run");
+  out.push(
+    `${loadN ? `under load: ${loadN} busy process(es) beside both sides` : "no load added"}; ` +
+      `${o.threads} thread(s) per process; ${o.steps} timed steps after 2 warm-up${quick ? " (--quick)" : ""}`,
+  );
+  if (typeof torch !== "string") out.push(`PyTorch RPC: ${torch.header}`);
+  out.push("");
+  out.push(`pipelined GPT (notebook 04: 2 stages on 2 workers, ${o.micro} micro-batches, batch ${BATCH}x${BLOCK})`);
+  out.push(`  tprpc        ${ours.ms.toFixed(1)} ms/step  ${fmtTok(ours.ms)}  (loss ${ours.loss.toFixed(4)})`);
+  out.push(`  unsplit      ${alone.toFixed(1)} ms/step  ${fmtTok(alone)}  (tprpc, this process alone)`);
+  out.push(
+    typeof torch === "string"
+      ? `  PyTorch RPC  unavailable — ${torch}`
+      : `  PyTorch RPC  ${torch.value.toFixed(1)} ms/step  ${fmtTok(torch.value)}`,
+  );
+  out.push(
+    `  ratios (tokens/s, > 1: tprpc faster): vs PyTorch RPC ${typeof torch === "string" ? "-" : (torch.value / ours.ms).toFixed(2) + "x"}, vs unsplit ${(alone / ours.ms).toFixed(2)}x`,
+  );
+  out.push("");
+  out.push(`  one profiled tprpc step (${ours.breakdown.stepMs.toFixed(1)} ms), rpc.profiler from the master:`);
+  out.push("  worker    target                          calls  callee run ms  rest of round trips ms");
+  for (const r of ours.breakdown.rows.sort((a, b) => b.calleeMs + b.restMs - a.calleeMs - a.restMs))
+    out.push(
+      `  ${r.peer.padEnd(9)} ${r.target.slice(0, 30).padEnd(30)} ${String(r.calls).padStart(6)} ${r.calleeMs.toFixed(1).padStart(14)} ${r.restMs.toFixed(1).padStart(23)}`,
+    );
+  out.push(
+    "  (callee run: the target's run on the worker, awaits inside it included (stage 2's toHere waits for stage 1);",
+  );
+  out.push(
+    "   rest: queueing, serialization and transfer both ways; calls between workers (activations fetched, gradients sent) are not in the master's profile)",
+  );
+  out.push("");
+  out.push(
+    `FedAvg (notebook 03: 3 clients behind remote(), ${FEDAVG_EXAMPLES.toLocaleString("en-US")} examples each, 1 epoch of SGD per round, MLP 784-200-200-10), median of ${rounds} round(s)`,
+  );
+  out.push(`  tprpc        ${fedavg.toFixed(3)} s/round`);
+  out.push(
+    typeof torchFedavg === "string"
+      ? `  PyTorch RPC  unavailable — ${torchFedavg}`
+      : `  PyTorch RPC  ${torchFedavg.value.toFixed(3)} s/round  (${torchFedavg.header})`,
+  );
+  out.push(
+    `  ratio (> 1: tprpc faster): ${typeof torchFedavg === "string" ? "-" : (torchFedavg.value / fedavg).toFixed(2) + "x"}`,
+  );
+  out.push("");
+  out.push(
+    `A3C actors (notebook 02: 3 actors on 3 workers, global net behind an RRef on the master, ${pushes} pushes of <= 20 CartPole steps per actor)`,
+  );
+  out.push(`  tprpc        ${Math.round(a3c).toLocaleString("en-US")} env steps/s`);
+  out.push(
+    typeof torchA3c === "string"
+      ? `  PyTorch RPC  unavailable — ${torchA3c}`
+      : `  PyTorch RPC  ${Math.round(torchA3c.value).toLocaleString("en-US")} env steps/s`,
+  );
+  out.push(
+    `  ratio (> 1: tprpc faster): ${typeof torchA3c === "string" ? "-" : (a3c / torchA3c.value).toFixed(2) + "x"}`,
+  );
+  out.push("");
+  out.push(`e2e time ${(now() - wall).toFixed(1)} s`);
+  process.stdout.write(out.join("\n") + "\n");
+}
