@@ -125,8 +125,10 @@ describe.skipIf(!hasJupyter)("tprpc kernel keeps the user's work (e2e)", () => {
     const right = await send(k, "const ranRightAfter = 7; ranRightAfter", false);
     expect(right.status, JSON.stringify(right)).toBe("ok");
 
-    // As "Run all": three requests sent at once; the first fails and stops on error.
-    const p1 = send(k, 'let mark = 1;\nthrow new Error("stops")', true);
+    // As "Run all": three requests sent at once; the first fails and stops on error. NB: only requests
+    // the kernel has received when the cell fails are aborted (ipykernel's abort window is 0), so the
+    // first cell waits 1.5 s before it throws: the other two, sent right behind it, are queued by then.
+    const p1 = send(k, 'let mark = 1;\nawait new Promise((r) => setTimeout(r, 1500));\nthrow new Error("stops")', true);
     const p2 = send(k, "mark = 2;", true);
     const p3 = send(k, "mark = 3;", false);
     const [r1, r2, r3] = await Promise.all([p1, p2, p3]);
