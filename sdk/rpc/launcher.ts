@@ -142,8 +142,9 @@ function unhook(): void {
 // NB: preloaded into each worker: its stdin is a pipe from us, so it ends when this process dies,
 // however it dies. unref() keeps the watch from holding the worker's event loop open. It also ignores
 // SIGINT from the first instant (a notebook interrupt while a worker is still loading must not kill it).
+// NB: no `?` in the code: in a data: URL it starts the query, and the module's source would end there.
 const WATCHDOG =
-  'data:text/javascript,process.on("SIGINT",()=>{});const s=process.stdin;s.on("end",()=>process.exit(1));s.on("error",()=>process.exit(1));s.resume();s.unref?.();';
+  'data:text/javascript,process.on("SIGINT",()=>{});const s=process.stdin;s.on("end",()=>process.exit(1));s.on("error",()=>process.exit(1));s.resume();if(s.unref)s.unref();';
 
 /** bin/tprpc.mjs of this package, found by walking up to the package.json named "tprpc". */
 export function workerScript(): string {
