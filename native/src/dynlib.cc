@@ -44,7 +44,7 @@ const LibSpec kSpecs[static_cast<int>(Lib::Count)] = {
       "cuStreamWaitEvent", "cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventDestroy_v2",
       "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle", "cuIpcGetEventHandle",
       "cuIpcOpenEventHandle", "cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
-      // caching allocator, streams, events, pinned host memory, async copies (issue 21 item 3)
+      // caching allocator, streams, events, pinned host memory, async copies
       "cuStreamQuery", "cuEventQuery", "cuMemHostAlloc", "cuMemcpyDtoDAsync_v2", "cuMemGetAddressRange_v2",
       "cuCtxSynchronize", "cuMemsetD8Async"}},
     {"nvrtc",

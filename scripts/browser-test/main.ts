@@ -1,5 +1,5 @@
 /**
- * `npm run test:browser` — the notebooks in a real browser (issue 17 item 5). CI runs it after
+ * `npm run test:browser` — the notebooks in a real browser. CI runs it after
  * `npm run notebooks`, whose executed copies (dist/notebooks/*.ipynb) it exports.
  *
  * 1. Live: Debian's Jupyter Notebook server (scripts/browser-test/notebook_server.ts) and headless

@@ -115,7 +115,7 @@ export interface NativeGpu extends NativeCudaMemory {
   ncclUniqueId(): Uint8Array;
 
   // Device memory, synchronous, on the device's primary context (NativeError "ECUDA" on failure).
-  // NB: exercised against a stand-in driver only so far; a GPU run is issue 9 part B.
+  // NB: exercised against a stand-in driver only so far; `npm run gpu:check` runs it on a GPU.
   /** A device pointer to `bytes` fresh bytes on `device`. */
   memAlloc(device: number, bytes: number): bigint;
   memFree(device: number, ptr: bigint): void;

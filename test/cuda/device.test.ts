@@ -1,6 +1,6 @@
 /**
  * CUDA tensors end to end (./cuda_suite.ts) on a real GPU. Skipped by capability where no CUDA
- * device is usable or TPRPC_CUDA picks another mode; a device run (issue 21) runs it.
+ * device is usable or TPRPC_CUDA picks another mode; a run on a GPU machine (`npx vitest run test/cuda`) runs it.
  * NB: written before any GPU run; a failure here on a GPU is news, not noise.
  */
 import { describe, it } from "vitest";
@@ -10,7 +10,10 @@ import { describeCudaSuite } from "./cuda_suite.js";
 
 const mode = process.env.TPRPC_CUDA;
 const usable = mode !== "emulate" && mode !== "0" && cuda.isAvailable();
-if (!usable) console.warn("[test/cuda/device] skipped: no usable CUDA device here (issue 21 runs it on a GPU)");
+if (!usable)
+  console.warn(
+    "[test/cuda/device] skipped: no usable CUDA device here (run it on a GPU machine: npx vitest run test/cuda)",
+  );
 
 if (usable)
   describeCudaSuite("CUDA tensors on this machine's cuda:0", "device", () => {

@@ -7,7 +7,7 @@
 // does the GEMMs (one handle per device).
 //
 // NB: written against the driver API's documented ABI and untested on a GPU
-// until a device run (issue 21): the emulated launcher shares everything above
+// until a device run: the emulated launcher shares everything above
 // this file. What only a GPU run can check, in order:
 // 1. cuModuleLoadData takes the compressed fatbin (sm_90 SASS on H100/H200, sm_80 on A100, the
 //    compute_90 PTX JIT-compiled elsewhere) and every tk_* name resolves: test/cuda/parity_device.

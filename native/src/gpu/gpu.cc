@@ -63,7 +63,7 @@ bool LoadDriver(CudaDriver& d) {
                           SLOT(d, cuIpcGetMemHandle, "cuIpcGetMemHandle"),
                           SLOT(d, cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
                           SLOT(d, cuIpcCloseMemHandle, "cuIpcCloseMemHandle"),
-                          // caching allocator, streams, events, pinned memory, async copies (issue 21 item 3)
+                          // caching allocator, streams, events, pinned memory, async copies
                           SLOT(d, cuStreamCreate, "cuStreamCreate"), SLOT(d, cuStreamDestroy, "cuStreamDestroy_v2"),
                           SLOT(d, cuStreamQuery, "cuStreamQuery"), SLOT(d, cuStreamWaitEvent, "cuStreamWaitEvent"),
                           SLOT(d, cuEventCreate, "cuEventCreate"), SLOT(d, cuEventRecord, "cuEventRecord"),
@@ -183,7 +183,7 @@ Napi::Value NcclUniqueId(const Napi::CallbackInfo& info) {
 }
 
 // ---- device memory (the tensor layer's CUDA DeviceBackend, sdk/tensor/backend/cuda) ---------------
-// NB: untested on a GPU so far (issue 9 part B runs it on one); tests use a stand-in libcuda whose
+// NB: untested on a GPU so far (`npm run gpu:check` runs it on one); tests use a stand-in libcuda whose
 // "device" pointers are host memory. Every call is synchronous and runs on the JS thread, with the
 // device's primary context made current first.
 

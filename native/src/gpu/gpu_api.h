@@ -60,7 +60,7 @@ struct CudaDriver {
   CUresult (*cuIpcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
   CUresult (*cuIpcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned);  // _v2
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
-  // -- caching allocator, streams, events, pinned host memory, async copies (issue 21 item 3) --
+  // -- caching allocator, streams, events, pinned host memory, async copies --
   CUresult (*cuStreamCreate)(CUstream*, unsigned);
   CUresult (*cuStreamDestroy)(CUstream);  // _v2
   CUresult (*cuStreamQuery)(CUstream);
@@ -129,7 +129,7 @@ struct Nccl {
   ncclResult_t (*ncclCommAbort)(ncclComm_t);
 };
 
-// ---- CUDA kernels and cuBLAS GEMMs (issue 21: native/src/cuda) -----------------------------------
+// ---- CUDA kernels and cuBLAS GEMMs (native/src/cuda) -----------------------------------
 // The driver calls that load the addon's fatbin and launch its kernels, and the cuBLAS GEMMs of
 // the CUDA matmul. Filled by cuda/driver_launcher.cc from the same dynlib rows as above.
 using CUmodule = struct CUmod_st*;

@@ -30,14 +30,13 @@ export interface CudaIpcDeps {
   driver: GpuLibrary;
   /** This process's GPUs (empty when none). */
   devices(): CudaDeviceInfo[];
-  /** Whether this build has the IPC data path (false until issue 9 part B). */
+  /** Whether this build has the IPC data path. */
   dataPath: boolean;
   /** The IPC driver calls (./driver.ts); with dataPath, channels are built on it. */
   ipc?: CudaIpcDriver;
 }
 
-const NO_DATA_PATH =
-  "this tprpc build has no cuda_ipc data path yet (IPC memory/event handles with stream ordering; issue 9 part B)";
+const NO_DATA_PATH = "this tprpc build has no cuda_ipc data path yet (IPC memory/event handles with stream ordering)";
 
 /** The cuda_ipc context; `deps` are injectable for tests. */
 export function createCudaIpcContext(

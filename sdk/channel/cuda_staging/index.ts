@@ -22,14 +22,13 @@ import type { StagingDriver } from "./staging.js";
 export const CUDA_STAGING_PRIORITY = CHANNEL_PRIORITY.tcp / 2;
 
 export interface CudaStagingDeps {
-  /** Whether this build has the staging data path (false until issue 9 part B). */
+  /** Whether this build has the staging data path. */
   dataPath: boolean;
   /** The driver calls (./staging.ts); with dataPath, channels are built on them. */
   calls?: StagingDriver;
 }
 
-const NO_DATA_PATH =
-  "this tprpc build has no cuda_staging data path yet (device-host copies through pinned memory; issue 9 part B)";
+const NO_DATA_PATH = "this tprpc build has no cuda_staging data path yet (device-host copies through pinned memory)";
 
 /** The cuda_staging context; `deps` are injectable for tests. */
 export function createCudaStagingContext(deps: CudaStagingDeps = { dataPath: false }): ChannelContext {

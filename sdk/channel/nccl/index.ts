@@ -28,13 +28,13 @@ export interface NcclDeps {
   driver: GpuLibrary;
   nccl: GpuLibrary;
   devices(): CudaDeviceInfo[];
-  /** Whether this build has the NCCL data path (false until issue 9 part B). */
+  /** Whether this build has the NCCL data path. */
   dataPath: boolean;
   /** The NCCL calls (./driver.ts); with dataPath, channels are built on them (on GPU 0). */
   calls?: NcclDriver;
 }
 
-const NO_DATA_PATH = "this tprpc build has no nccl data path yet (communicator per pipe, send/recv; issue 9 part B)";
+const NO_DATA_PATH = "this tprpc build has no nccl data path yet (communicator per pipe, send/recv)";
 
 /** The nccl context; `deps` are injectable for tests. */
 export function createNcclContext(
