@@ -8,6 +8,7 @@
  *   node native/build.mjs --rebuild    npm run build:native: compile (incrementally), fail loudly
  *   node native/build.mjs --prebuild   npm run prebuildify: native/prebuilds/<platform>-<arch>/tprpc.glibc.node
  *                                      (N-API, stripped; one file for every Node version)
+ *   node native/build.mjs --fatbin     only native/gen/tprpc_fatbin.inc (the CUDA kernels' fatbin, or empty with the reason)
  *   node native/build.mjs --check      fail unless the linux-x64 prebuild exists and is newer than the
  *                                      sources (npm prepack)
  *
@@ -212,6 +213,10 @@ switch (mode) {
     );
     break;
   }
+  case "--fatbin":
+    // NB: only gen/tprpc_fatbin.inc (test/native/fatbin_build.test.ts checks the build without nvcc)
+    buildFatbin();
+    break;
   case "--rebuild":
     if (!compile({ clean: process.argv.includes("--clean") })) process.exit(1);
     log(`built native/build/Release/tprpc.node in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
