@@ -6,7 +6,8 @@
  * Mid-run worker3 is SIGKILLed between its context's forward and backward:
  * - only that context fails, with WorkerUnavailableError; the other three of the step complete;
  * - worker3's shard RRef fails on use with WorkerUnavailableError, the others keep working;
- * - worker1, which owned a value whose only user was worker3, drops it (no count held for a dead user);
+ * - worker1, which owned a value whose only user was worker3, drops it (no count held for a dead user),
+ *   and worker2 drops worker3's fork of a value it sent there as owner (it records whom it sent it to);
  * - a replacement worker3 joins under the same name, the master re-creates the shard there on
  *   onWorkerJoin, its very next step works, and the loop finishes with every shard's loss falling;
  * - no distributed autograd context is left on any live worker.
@@ -22,6 +23,7 @@ import {
   rpc,
   tensor,
 } from "../../sdk/index.js";
+import type { Agent } from "../../sdk/rpc/agent.js";
 import { within } from "../dist_autograd/group.js";
 import { freePort, startWorker } from "./workers.js";
 
@@ -105,6 +107,15 @@ describe("elastic membership with distributed autograd and RRefs", () => {
       return null;
     });
     expect(await rpc.rpcSync<number>("worker1", () => tprpc.rpc.ownedRRefCount())).toBe(owned0 + 1);
+    // and keeps an RRef that worker2 owns and sent it itself (an owner fork: the owner records worker3 as its holder)
+    const sentId = await rpc.rpcSync<string>("worker3", async () => {
+      const r = await tprpc.rpc.rpcSync<rpc.RRef<Tensor>>("worker2", () => new tprpc.rpc.RRef(tprpc.ones([4])));
+      (globalThis as { kept2?: unknown }).kept2 = r;
+      return r.rrefId;
+    });
+    const holdersOn2 = (id: string) =>
+      rpc.rpcSync<string[]>("worker2", (i: string) => (tprpc.rpc.currentAgent() as Agent).rrefs.holdersOf(i), [id]);
+    expect(await holdersOn2(sentId)).toContain("worker3");
 
     const losses = new Map<string, number[]>(NAMES.map((n) => [n, []]));
     const failures: [number, string, unknown][] = [];
@@ -146,6 +157,8 @@ describe("elastic membership with distributed autograd and RRefs", () => {
           expect((await within(shards.get(n)!.rref.toHere(), 5_000, `toHere ${n}`)).shape).toEqual([4]);
         // worker1 no longer holds a value for its dead user
         expect(await rpc.rpcSync<number>("worker1", () => tprpc.rpc.ownedRRefCount())).toBe(owned0);
+        // and worker2 no longer counts worker3 among the holders of the value it sent there
+        expect(await holdersOn2(sentId)).not.toContain("worker3");
         // (c) a replacement joins under the same name; the master re-creates its shard on join
         const joined = next(rpc.onWorkerJoin, "worker3", 30_000);
         spawn("worker3");
