@@ -4,7 +4,8 @@
  * per worker, each held by an RRef the master made with remote() and stepped by its own
  * DistributedOptimizer; every step runs one distributed autograd context per shard, concurrently.
  * Mid-run worker3 is SIGKILLed between its context's forward and backward:
- * - only that context fails, with WorkerUnavailableError; the other three of the step complete;
+ * - only the contexts involving worker3 fail, with WorkerUnavailableError (its own and one that also
+ *   spans worker2); the other three of the step complete;
  * - worker3's shard RRef fails on use with WorkerUnavailableError, the others keep working;
  * - worker1, which owned a value whose only user was worker3, drops it (no count held for a dead user),
  *   and worker2 drops worker3's fork of a value it sent there as owner (it records whom it sent it to);
@@ -122,6 +123,24 @@ describe("elastic membership with distributed autograd and RRefs", () => {
     let killed: Promise<rpc.WorkerInfo> | null = null;
     let deadShard: Shard | null = null;
 
+    // at the kill step, one more context spans worker2 and worker3: it fails too (worker3 is in it),
+    // and worker2 keeps no share of it
+    let forwardedMixed!: () => void;
+    const mixedForwarded = new Promise<void>((r) => (forwardedMixed = r));
+    const mixedStep = () =>
+      distAutograd.context(async (ctxId) => {
+        const [a, b] = await Promise.all(
+          ["worker2", "worker3"].map((n) =>
+            rpc.rpcSync<Tensor>(n, forward, [shards.get(n)!.rref, xs[NAMES.indexOf(n)]!], { timeoutMs: 10_000 }),
+          ),
+        );
+        forwardedMixed();
+        await within(worker3Left, 10_000, "worker3's leave");
+        await within(distAutograd.backward(ctxId, [a!.add(b!).sum()]), 10_000, "backward of the mixed context");
+      });
+    let leftNow!: () => void;
+    const worker3Left = new Promise<void>((r) => (leftNow = r));
+
     const stepShard = async (step: number, name: string): Promise<void> => {
       const i = NAMES.indexOf(name);
       const shard = shards.get(name)!;
@@ -129,6 +148,7 @@ describe("elastic membership with distributed autograd and RRefs", () => {
         const y = await rpc.rpcSync<Tensor>(name, forward, [shard.rref, xs[i]!], { timeoutMs: 10_000 });
         const loss = y.sub(targets[i]!).pow(2).sum();
         if (step === KILL_STEP && name === "worker3") {
+          await within(mixedForwarded, 10_000, "the mixed context's forward");
           // killed between forward and backward: its part of this context is gone
           deadShard = shard;
           killed = next(rpc.onWorkerLeave, "worker3", 10_000);
@@ -143,12 +163,21 @@ describe("elastic membership with distributed autograd and RRefs", () => {
     let replaced = false;
     for (let step = 0; step < STEPS; step++) {
       const live = NAMES.filter((n) => rpc.workers().some((w) => w.name === n));
+      const mixed =
+        step === KILL_STEP
+          ? mixedStep().then(
+              () => null,
+              (e: unknown) => e,
+            )
+          : null;
       const outs = await Promise.allSettled(live.map((n) => stepShard(step, n)));
       outs.forEach((o, k) => {
         if (o.status === "rejected") failures.push([step, live[k]!, o.reason]);
       });
       if (step === KILL_STEP) {
         await killed;
+        leftNow();
+        expect(await within(mixed!, 10_000, "the mixed context")).toBeInstanceOf(WorkerUnavailableError);
         // (b) the dead worker's RRef fails with a typed error; the others keep working
         await expect(within(deadShard!.rref.toHere(), 5_000, "toHere of a dead owner")).rejects.toBeInstanceOf(
           WorkerUnavailableError,
