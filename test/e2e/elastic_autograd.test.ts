@@ -11,6 +11,7 @@
  *   and worker2 drops worker3's fork of a value it sent there as owner (it records whom it sent it to);
  * - a replacement worker3 joins under the same name, the master re-creates the shard there on
  *   onWorkerJoin, its very next step works, and the loop finishes with every shard's loss falling;
+ * - worker4 then leaves gracefully (SIGTERM): its RRef fails typed, the other shards step on;
  * - no distributed autograd context is left on any live worker.
  */
 import type { ChildProcess } from "node:child_process";
@@ -117,6 +118,10 @@ describe("elastic membership with distributed autograd and RRefs", () => {
     const holdersOn2 = (id: string) =>
       rpc.rpcSync<string[]>("worker2", (i: string) => (tprpc.rpc.currentAgent() as Agent).rrefs.holdersOf(i), [id]);
     expect(await holdersOn2(sentId)).toContain("worker3");
+    // worker1 keeps a user RRef of worker3's shard (the master's is the other user)
+    await rpc.rpcSync("worker1", (r: rpc.RRef<Tensor>) => ((globalThis as { shard3?: unknown }).shard3 = r) && null, [
+      shards.get("worker3")!.rref,
+    ]);
 
     const losses = new Map<string, number[]>(NAMES.map((n) => [n, []]));
     const failures: [number, string, unknown][] = [];
@@ -188,6 +193,15 @@ describe("elastic membership with distributed autograd and RRefs", () => {
         expect(await rpc.rpcSync<number>("worker1", () => tprpc.rpc.ownedRRefCount())).toBe(owned0);
         // and worker2 no longer counts worker3 among the holders of the value it sent there
         expect(await holdersOn2(sentId)).not.toContain("worker3");
+        // worker1's user RRef of the dead worker's shard fails on use with the same typed error
+        const onWorker1 = await rpc.rpcSync<string>("worker1", async () => {
+          const r = (globalThis as { shard3?: rpc.RRef<Tensor> }).shard3!;
+          return r.toHere(5_000).then(
+            () => "resolved",
+            (e: Error) => `${e.constructor.name}: ${e.message}`,
+          );
+        });
+        expect(onWorker1).toMatch(/^WorkerUnavailableError: .*worker3/);
         // (c) a replacement joins under the same name; the master re-creates its shard on join
         const joined = next(rpc.onWorkerJoin, "worker3", 30_000);
         spawn("worker3");
@@ -216,9 +230,18 @@ describe("elastic membership with distributed autograd and RRefs", () => {
     const after = l3.slice(KILL_STEP);
     expect(after[after.length - 1]!).toBeLessThan(after[0]! * 0.5);
 
+    // a graceful leave (SIGTERM) of worker4: its RRef fails typed, the others step on
+    const left4 = next(rpc.onWorkerLeave, "worker4", 20_000);
+    children.get("worker4")!.kill("SIGTERM");
+    await left4;
+    await expect(within(shards.get("worker4")!.rref.toHere(), 5_000, "toHere of worker4")).rejects.toBeInstanceOf(
+      WorkerUnavailableError,
+    );
+    await Promise.all(["worker1", "worker2", "worker3"].map((n) => stepShard(STEPS, n)));
+
     // no context is left anywhere
     expect(distAutograd.contextCount()).toBe(0);
-    for (const n of NAMES)
+    for (const n of ["worker1", "worker2", "worker3"])
       expect(await rpc.rpcSync<number>(n, () => tprpc.distAutograd.contextCount(), [], { timeoutMs: 5_000 })).toBe(0);
   }, 120_000);
 });
