@@ -46,10 +46,14 @@ export class RpcPipe {
   /** Encodes and sends one message; resolves to the bytes sent once it left. */
   send(type: MessageType, id: number, payload: unknown): Promise<number> {
     let m;
+    // NB: encoding is synchronous, so no other send interleaves: owner RRefs described in it are held by our peer
+    this.rrefs.encodingFor = this.peerName;
     try {
       m = encodeMessage({ type, id, payload }, { user: this.rrefs });
     } catch (e) {
       return Promise.reject(e);
+    } finally {
+      this.rrefs.encodingFor = "";
     }
     let bytes = m.header.byteLength + m.payload.byteLength + 16;
     // NB: the wire layer hands out host bytes for every tensor today (its descriptor names the device,

@@ -40,11 +40,18 @@ export class RRefContext {
   /** Values of owner RRefs, and confirmations of user forks, decoded since the last takeOwnedArrivals() (see materialize). */
   private ownedArrivals: Promise<unknown>[] | null = null;
   closed = false;
+  /** The worker the message being encoded goes to (set by RpcPipe.send around the encoding; "" outside it). */
+  encodingFor = "";
 
   constructor(private readonly host: () => RRefHost) {}
 
   newId(): string {
     return `${this.host().name}:${++this.counter}`;
+  }
+
+  /** @internal the workers holding forks of `rrefId` owned here ("" for one the owner cannot tell), for tests. */
+  holdersOf(rrefId: string): string[] {
+    return [...(this.owned.get(rrefId)?.forks.values() ?? [])];
   }
 
   /** Values owned here (the live-object count the tests observe). */
@@ -305,8 +312,9 @@ export class RRefContext {
     const host = this.host();
     const fork = this.newId();
     if (r.isOwner()) {
-      // NB: the receiver is not known here (the encoder does not say where the message goes)
-      this.addFork(r.rrefId, fork, "");
+      // NB: the receiver is the pipe's peer (RpcPipe.send sets encodingFor), so holderLeft can drop
+      // this fork if the receiver dies; "" (ask every member to collect) where no pipe encodes
+      this.addFork(r.rrefId, fork, this.encodingFor);
       return { rrefId: r.rrefId, owner: r.ownerName(), fork, parent: host.name, ownerFork: true };
     }
     this.pendingChildren.set(fork, r);

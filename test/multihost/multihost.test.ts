@@ -12,8 +12,9 @@
  * 4. no process is left in any host namespace once the launchers exit;
  * 5. a host with no route to the master fails with an AddressError, not a timeout;
  * 6. a 3 s partition of one host (its link down, then up) mid-job: TCP waits it out, same results;
- * 7. elastic: in a dynamic group a worker killed on one host is restarted by its launcher and rejoins
- *    while the master's loop goes on; only calls to it fail.
+ * 7. elastic: a dynamic group trains RRef-held shards under distributed autograd (one context per
+ *    worker per step); a worker killed on one host is restarted by its launcher and rejoins, gets a
+ *    new shard at once, while the master's loop goes on; only contexts involving it fail, losses fall.
  * Every wait is bounded. Skipped, with the reason printed, where namespaces cannot be made (not root,
  * no `ip` or tcpdump: bash scripts/setup.sh installs them).
  */
@@ -315,8 +316,18 @@ describe.skipIf(skip !== null)("multi-host: namespaces on a bridge, tprpc launch
       events: [string, string][];
       failures: [number, string][];
       answeredAll: number;
+      losses: Record<string, number[]>;
+      contexts: number;
     };
     expect(r.answeredAll).toBe(5);
+    // distributed autograd over RRef-held shards: every shard's loss fell, the rejoined worker2's since
+    // its new shard was made; no context is left on the master
+    expect(Object.keys(r.losses)).toHaveLength(4);
+    for (const [n, l] of Object.entries(r.losses)) {
+      expect(l.length, n).toBeGreaterThanOrEqual(5);
+      expect(l.at(-1)!, n).toBeLessThan(l[0]!);
+    }
+    expect(r.contexts).toBe(0);
     const left = r.events.findIndex(([k, n]) => k === "leave" && n === "worker2");
     expect(left).toBeGreaterThanOrEqual(0);
     expect(r.events.slice(left + 1)).toContainEqual(["join", "worker2"]);
