@@ -10,7 +10,7 @@ import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { install } from "../../kernel-ext/kernelspec.js";
+import { install } from "tprpc-kernel/kernelspec";
 import { freePort } from "../../sdk/rpc/launcher.js";
 
 export interface NotebookServer {
