@@ -81,6 +81,77 @@ export class TestBed {
     return ns;
   }
 
+  /**
+   * Host i joined not by a veth on the bridge but through a user-space relay (./lossy_router.py, as
+   * netem is missing here) that delays every packet by `delayMs` and drops a seeded random fraction
+   * `loss`. The relay runs in the switch namespace with two TUN devices: one stays there (the switch
+   * routes host i's /32 to it, forwarding between it and br0, which gets address .254), the other is
+   * moved into host i's namespace as its eth0 with addr(i)/24. The bridge's hosts reach addr(i) via .254.
+   * So every packet between host i and the others is read and written by the relay. stop() ends
+   * the relay and returns its counters.
+   */
+  async relayedHost(
+    i: number,
+    delayMs: number,
+    loss: number,
+    seed: number,
+  ): Promise<{ stop: () => Promise<Record<string, number>> }> {
+    const script = new URL("./lossy_router.py", import.meta.url).pathname;
+    const sw = ["netns", "exec", this.switchNs];
+    const a = `${this.tag}ra`;
+    const b = `${this.tag}rb`;
+    const relay = this.spawnIn(this.switchNs, "python3", [script, a, b, String(delayMs), String(loss), String(seed)], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    let err = "";
+    relay.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+    relay.stderr!.on("data", (d: Buffer) => (err += d.toString()));
+    const gone = new Promise<void>((resolve) => relay.once("exit", () => resolve()));
+    const until = Date.now() + 10_000;
+    while (!out.includes("READY")) {
+      if (relay.exitCode !== null) throw new Error(`the relay exited: ${err}`);
+      if (Date.now() > until) {
+        relay.kill("SIGKILL");
+        throw new Error(`the relay did not start within 10 s: ${err}`);
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const stop = async (): Promise<Record<string, number>> => {
+      if (relay.exitCode === null && relay.signalCode === null) {
+        relay.kill("SIGTERM");
+        const timer = setTimeout(() => relay.kill("SIGKILL"), 5_000);
+        await gone;
+        clearTimeout(timer);
+      }
+      const last = out.trim().split("\n").at(-1) ?? "";
+      if (!last.startsWith("{")) throw new Error(`the relay left no counters: ${out} ${err}`);
+      return JSON.parse(last) as Record<string, number>;
+    };
+    try {
+      must("sh", ["-c", `ip netns exec ${this.switchNs} sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'`]);
+      must("ip", [...sw, "ip", "addr", "add", `${this.net}.254/24`, "dev", "br0"]);
+      const ns = this.ns(i);
+      must("ip", ["netns", "add", ns]);
+      this.made.push(ns);
+      const h = ["netns", "exec", ns];
+      must("ip", [...h, "ip", "link", "set", "lo", "up"]);
+      // NB: a TUN device keeps its reader's file descriptor when moved to another namespace
+      must("ip", [...sw, "ip", "link", "set", b, "netns", ns]);
+      must("ip", [...h, "ip", "link", "set", b, "name", "eth0"]);
+      must("ip", [...h, "ip", "addr", "add", `${this.addr(i)}/24`, "dev", "eth0"]);
+      must("ip", [...h, "ip", "link", "set", "eth0", "up"]);
+      must("ip", [...sw, "ip", "link", "set", a, "up"]);
+      must("ip", [...sw, "ip", "route", "add", `${this.addr(i)}/32`, "dev", a]);
+      for (let j = 0; j < this.hosts; j++)
+        must("ip", ["netns", "exec", this.ns(j), "ip", "route", "add", `${this.addr(i)}/32`, "via", `${this.net}.254`]);
+    } catch (e) {
+      await stop().catch(() => undefined);
+      throw e;
+    }
+    return { stop };
+  }
+
   /** Starts `cmd args` inside namespace `ns`. */
   spawnIn(ns: string, cmd: string, args: string[], opts: SpawnOptions = {}): ChildProcess {
     return spawn("ip", ["netns", "exec", ns, cmd, ...args], opts);
