@@ -35,6 +35,7 @@ beforeAll(async () => {
 afterAll(() => stopInProcessGroup(agents, false));
 afterEach(() => {
   delete process.env.TPRPC_RING_MIN_BYTES;
+  delete process.env.TPRPC_RING_CHUNK_BYTES;
   delete process.env.TPRPC_P2P_HOLD_BYTES;
 });
 
@@ -203,10 +204,14 @@ const reference = (op: string, xs: Tensor[]) => {
 };
 
 describe.each([
-  ["direct", "1000000000"],
-  ["ring", "0"],
-])("collectives (%s)", (_name, ringMin) => {
-  const withAlgo = () => (process.env.TPRPC_RING_MIN_BYTES = ringMin);
+  ["direct", "1000000000", ""],
+  ["ring", "0", ""],
+  ["ring, segments cut into pieces", "0", "8"],
+])("collectives (%s)", (_name, ringMin, chunkBytes) => {
+  const withAlgo = () => {
+    process.env.TPRPC_RING_MIN_BYTES = ringMin;
+    process.env.TPRPC_RING_CHUNK_BYTES = chunkBytes;
+  };
 
   it.each(Object.values(ReduceOp))("allReduce %s, equal bits on every rank", async (op) => {
     withAlgo();
