@@ -24,7 +24,7 @@ import * as raw from "../tensor/raw.js";
 import { Tensor } from "../tensor/tensor.js";
 import { itemSize } from "../tensor/dtype.js";
 import type { ProcessGroup } from "./group.js";
-import { type ReduceOp, finishAvg, reduceInto } from "./reduce_op.js";
+import { type ReduceOp, copyMessage, finishAvg, reduceInto } from "./reduce_op.js";
 
 const DEFAULT_RING_MIN_BYTES = 256 * 1024;
 
@@ -144,7 +144,7 @@ async function ringAllReduce(c: Ctx, flat: Tensor, op: ReduceOp): Promise<void> 
       const into = at(me - s);
       await Promise.all([
         send(c, at(me + 1 - s), me + 1, `ag${s}.${j}`),
-        recv(c, into, me - 1, `ag${s}.${j}`, (x) => raw.copyInto(into, x)),
+        recv(c, into, me - 1, `ag${s}.${j}`, (x) => copyMessage(into, x)),
       ]);
     }
   };
@@ -161,7 +161,7 @@ export async function allReduce(c: Ctx, t: Tensor, op: ReduceOp): Promise<void> 
     const mine = raw.copyAs(flat);
     got[c.g.rank()] = mine;
     await exchangeAll(c, () => mine, flat, got);
-    raw.copyInto(flat, got[0]!);
+    copyMessage(flat, got[0]!);
     for (let j = 1; j < n; j++) reduceInto(op, flat, got[j]!);
     finishAvg(op, flat, n);
   }
@@ -175,7 +175,7 @@ export async function broadcast(c: Ctx, t: Tensor, srcPos: number): Promise<void
   let mask = 1;
   if (v !== 0) {
     while (mask * 2 <= v) mask *= 2;
-    await recv(c, t, pos(v - mask), "b", (x) => raw.copyInto(t, x));
+    await recv(c, t, pos(v - mask), "b", (x) => copyMessage(t, x));
     mask *= 2;
   }
   const sends: Promise<void>[] = [];
@@ -204,14 +204,14 @@ export async function allGather(c: Ctx, outs: readonly Tensor[], t: Tensor): Pro
       const into = outs[mod(me - s - 1, n)]!;
       await Promise.all([
         send(c, outs[mod(me - s, n)]!, me + 1, `ag${s}`),
-        recv(c, into, me - 1, `ag${s}`, (x) => raw.copyInto(into, x)),
+        recv(c, into, me - 1, `ag${s}`, (x) => copyMessage(into, x)),
       ]);
     }
     return;
   }
   const got: (Tensor | null)[] = new Array<Tensor | null>(n).fill(null);
   await exchangeAll(c, () => t, t, got);
-  for (let j = 0; j < n; j++) if (j !== me) raw.copyInto(outs[j]!, got[j]!);
+  for (let j = 0; j < n; j++) if (j !== me) copyMessage(outs[j]!, got[j]!);
 }
 
 export async function reduceScatter(c: Ctx, out: Tensor, ins: readonly Tensor[], op: ReduceOp): Promise<void> {

@@ -39,10 +39,10 @@ import type { Agent } from "../rpc/agent.js";
 import { currentAgent } from "../rpc/api.js";
 import { setOneWayHandler } from "../rpc/serving.js";
 import { LongTimer, checkTimeoutMs } from "../rpc/timeouts.js";
-import * as raw from "../tensor/raw.js";
 import { Tensor } from "../tensor/tensor.js";
 import { debug } from "../util/index.js";
 import { type Envelope, Mailbox, type PostedRecv } from "./mailbox.js";
+import { copyMessage } from "./reduce_op.js";
 
 const states = new WeakMap<Agent, P2P>();
 
@@ -151,7 +151,7 @@ export class P2P {
         src,
         tag,
         expect: { shape: into.shape, dtype: into.dtype, device: into.device.toString() },
-        consume: (t) => raw.copyInto(into, t),
+        consume: (t) => copyMessage(into, t),
         dependsOn: null,
         what,
       },
