@@ -11,12 +11,14 @@
  *   reduce-scatter steps (send segment i-s to the next rank, reduce the one
  *   from the previous rank into segment i-s-1) leave each rank with one fully
  *   reduced segment (AVG divides it there), and n-1 all-gather steps pass
- *   those around. 2(n-1)/n·size bytes out per rank, whatever n is.
+ *   those around. 2(n-1)/n·size bytes out per rank, whatever n is. Each
+ *   segment is cut into pieces (TPRPC_RING_CHUNK_BYTES) whose step chains run
+ *   at once, a pipeline (ringAllReduce).
  * - reduceScatter and allGather: direct when small, the ring's half when large.
  * - broadcast: a binomial tree from the source (ceil(log2 n) rounds) at any size.
  * - barrier: a small allReduce.
- * Each step awaits its sends' acknowledgements, so a segment is never changed
- * while in flight. A non-contiguous tensor is worked on in a contiguous copy,
+ * Each step awaits its sends' completion (the channel released the bytes), so
+ * a segment is never changed while in flight. A non-contiguous tensor is worked on in a contiguous copy,
  * written back at the end.
  */
 import { ValueError } from "../errors/index.js";
