@@ -11,8 +11,8 @@
  * 3. tprpc, allReduce (SUM, in place) in 3 and 4 processes (every channel allowed: shm between local
  *    processes), every rank running the same shipped loop; rank 0's median per call. Bus bandwidth =
  *    bytes / t * 2 (n - 1) / n (nccl-tests' definition), beside gloo's.
- * Timing as bench/reference/timing.py: warm-up, then trials of a batch, the median per call; fewer
- * repetitions with --quick (sizes up to 40 MB then). On a loaded machine the figures move a lot: compare
+ * Timing as bench/reference/timing.py (after a JIT warm-up of both p2p and rpcSync per channel): warm-up,
+ * then trials of a batch, the median per call; fewer repetitions with --quick (sizes up to 40 MB then). On a loaded machine the figures move a lot: compare
  * the ratios printed from this one run, never figures from different runs.
  */
 import { spawnSync } from "node:child_process";
@@ -22,7 +22,7 @@ import * as sdk from "../sdk/index.js";
 import { rpc } from "../sdk/index.js";
 import { cmaChannelContext } from "../sdk/channel/cma/index.js";
 import { startLocalWorkers } from "../sdk/rpc/launcher.js";
-import { type Plan, fmtTime, median, now, repoRoot, rpcSyncRoundTrip } from "./rpc_common.js";
+import { type Plan, fmtTime, median, now, repoRoot, rpcSyncRoundTrip, warmUp } from "./rpc_common.js";
 
 // NB: shipped functions name the SDK `tprpc` on the workers; rank 0 runs the same functions here.
 declare const tprpc: typeof import("../sdk/index.js");
@@ -104,6 +104,16 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, [nu
     });
     const got = (await rpc.pipeInfo("worker1")).channels["cpu-cpu"];
     if (got !== channel) throw new Error(`the pipe chose ${got}, not ${channel}`);
+    // NB: JIT warm-up of both paths before anything is timed (the 4 KB figures measured cold code before)
+    await warmUp("worker1", quick);
+    const jit = quick ? 1_000 : 3_000;
+    const warmEcho = rpc.rpcAsync("worker1", echoLoop, [4_000, jit]);
+    const small = sdk.ones([1_000]);
+    for (let i = 0; i < jit; i++) {
+      await sdk.distributed.send(small, 1);
+      await sdk.distributed.recv(small, 1);
+    }
+    await warmEcho;
     for (const n of P2P_SIZES) {
       const [warm, trials, batch] = plan(n, quick);
       const echo = rpc.rpcAsync("worker1", echoLoop, [n, warm + trials * batch]);

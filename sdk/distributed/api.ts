@@ -96,7 +96,7 @@ function p2pWork<T>(what: string, start: (p: P2P) => Promise<T>): Work<T> {
   return new Work(promise, what);
 }
 
-/** Sends `tensor` to rank `dst` (torch.distributed.isend); the Work completes once the receiver has it. */
+/** Sends `tensor` to rank `dst` (torch.distributed.isend); the Work completes once the channel released the tensor's bytes (the tensor may then change), as gloo's does. */
 export function isend(tensor: Tensor, dst: number, opts: P2POptions = {}): Work {
   const what = `isend to rank ${dst} (tag ${opts.tag ?? 0})`;
   return p2pWork(what, (p) => {
@@ -130,7 +130,7 @@ export function irecv(tensor: Tensor, src?: number | null, opts: P2POptions = {}
   });
 }
 
-/** isend, awaited: resolves once rank `dst` has the tensor (torch.distributed.send). */
+/** isend, awaited: resolves once the tensor may change again (torch.distributed.send). */
 export function send(tensor: Tensor, dst: number, opts: P2POptions = {}): Promise<void> {
   return isend(tensor, dst, opts).wait();
 }

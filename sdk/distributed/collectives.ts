@@ -11,12 +11,14 @@
  *   reduce-scatter steps (send segment i-s to the next rank, reduce the one
  *   from the previous rank into segment i-s-1) leave each rank with one fully
  *   reduced segment (AVG divides it there), and n-1 all-gather steps pass
- *   those around. 2(n-1)/n·size bytes out per rank, whatever n is.
+ *   those around. 2(n-1)/n·size bytes out per rank, whatever n is. Each
+ *   segment is cut into pieces (TPRPC_RING_CHUNK_BYTES) whose step chains run
+ *   at once, a pipeline (ringAllReduce).
  * - reduceScatter and allGather: direct when small, the ring's half when large.
  * - broadcast: a binomial tree from the source (ceil(log2 n) rounds) at any size.
  * - barrier: a small allReduce.
- * Each step awaits its sends' acknowledgements, so a segment is never changed
- * while in flight. A non-contiguous tensor is worked on in a contiguous copy,
+ * Each step awaits its sends' completion (the channel released the bytes), so
+ * a segment is never changed while in flight. A non-contiguous tensor is worked on in a contiguous copy,
  * written back at the end.
  */
 import { ValueError } from "../errors/index.js";
@@ -24,7 +26,7 @@ import * as raw from "../tensor/raw.js";
 import { Tensor } from "../tensor/tensor.js";
 import { itemSize } from "../tensor/dtype.js";
 import type { ProcessGroup } from "./group.js";
-import { type ReduceOp, finishAvg, reduceInto } from "./reduce_op.js";
+import { type ReduceOp, copyMessage, finishAvg, reduceInto } from "./reduce_op.js";
 
 const DEFAULT_RING_MIN_BYTES = 256 * 1024;
 
@@ -108,35 +110,60 @@ function bounds(numel: number, n: number): [number, number][] {
 
 const mod = (a: number, n: number) => ((a % n) + n) % n;
 
-export async function allReduce(c: Ctx, t: Tensor, op: ReduceOp): Promise<void> {
+const DEFAULT_RING_CHUNK_BYTES = 4 << 20;
+
+/** The ring cuts each segment into pieces of about this many bytes (TPRPC_RING_CHUNK_BYTES, default 4 MiB). */
+export function ringChunkBytes(): number {
+  const v = Number(process.env.TPRPC_RING_CHUNK_BYTES);
+  return process.env.TPRPC_RING_CHUNK_BYTES && Number.isFinite(v) && v >= 1 ? v : DEFAULT_RING_CHUNK_BYTES;
+}
+
+/**
+ * The ring allReduce of a contiguous 1-D `flat`, pipelined: each of the n segments is cut into k
+ * pieces, and the k pieces run their own chains of 2(n-1) steps at once (tags carry the piece), so
+ * piece j's next send leaves as soon as its reduction is done while other pieces are still on the
+ * wire or being reduced. One chain's steps are in order, so a piece is never changed while in flight.
+ */
+async function ringAllReduce(c: Ctx, flat: Tensor, op: ReduceOp): Promise<void> {
   const n = c.g.size();
   const me = c.g.rank();
+  const segs = bounds(flat.numel(), n);
+  const maxLen = segs[0]![1];
+  const minLen = segs[n - 1]![1];
+  const k = Math.max(1, Math.min(64, minLen, Math.ceil((maxLen * itemSize(flat.dtype)) / ringChunkBytes())));
+  const pieces = segs.map(([s, l]) => bounds(l, k).map(([ps, pl]) => segment(flat, s + ps, pl)));
+  const chain = async (j: number): Promise<void> => {
+    const at = (i: number) => pieces[mod(i, n)]![j]!;
+    for (let s = 0; s < n - 1; s++) {
+      const into = at(me - s - 1);
+      await Promise.all([
+        send(c, at(me - s), me + 1, `rs${s}.${j}`),
+        recv(c, into, me - 1, `rs${s}.${j}`, (x) => reduceInto(op, into, x)),
+      ]);
+    }
+    finishAvg(op, at(me + 1), n);
+    for (let s = 0; s < n - 1; s++) {
+      const into = at(me - s);
+      await Promise.all([
+        send(c, at(me + 1 - s), me + 1, `ag${s}.${j}`),
+        recv(c, into, me - 1, `ag${s}.${j}`, (x) => copyMessage(into, x)),
+      ]);
+    }
+  };
+  await Promise.all(Array.from({ length: k }, (_, j) => chain(j)));
+}
+
+export async function allReduce(c: Ctx, t: Tensor, op: ReduceOp): Promise<void> {
+  const n = c.g.size();
   const { flat, writeBack } = working(t);
   if (n > 1 && bytesOf(t) >= ringMinBytes() && t.numel() >= n) {
-    const seg = bounds(t.numel(), n).map(([s, l]) => segment(flat, s, l));
-    const next = me + 1;
-    const prev = me - 1;
-    for (let s = 0; s < n - 1; s++) {
-      const into = seg[mod(me - s - 1, n)]!;
-      await Promise.all([
-        send(c, seg[mod(me - s, n)]!, next, `rs${s}`),
-        recv(c, into, prev, `rs${s}`, (x) => reduceInto(op, into, x)),
-      ]);
-    }
-    finishAvg(op, seg[mod(me + 1, n)]!, n);
-    for (let s = 0; s < n - 1; s++) {
-      const into = seg[mod(me - s, n)]!;
-      await Promise.all([
-        send(c, seg[mod(me + 1 - s, n)]!, next, `ag${s}`),
-        recv(c, into, prev, `ag${s}`, (x) => raw.copyInto(into, x)),
-      ]);
-    }
+    await ringAllReduce(c, flat, op);
   } else if (n > 1) {
     const got: (Tensor | null)[] = new Array<Tensor | null>(n).fill(null);
     const mine = raw.copyAs(flat);
-    got[me] = mine;
+    got[c.g.rank()] = mine;
     await exchangeAll(c, () => mine, flat, got);
-    raw.copyInto(flat, got[0]!);
+    copyMessage(flat, got[0]!);
     for (let j = 1; j < n; j++) reduceInto(op, flat, got[j]!);
     finishAvg(op, flat, n);
   }
@@ -150,7 +177,7 @@ export async function broadcast(c: Ctx, t: Tensor, srcPos: number): Promise<void
   let mask = 1;
   if (v !== 0) {
     while (mask * 2 <= v) mask *= 2;
-    await recv(c, t, pos(v - mask), "b", (x) => raw.copyInto(t, x));
+    await recv(c, t, pos(v - mask), "b", (x) => copyMessage(t, x));
     mask *= 2;
   }
   const sends: Promise<void>[] = [];
@@ -179,14 +206,14 @@ export async function allGather(c: Ctx, outs: readonly Tensor[], t: Tensor): Pro
       const into = outs[mod(me - s - 1, n)]!;
       await Promise.all([
         send(c, outs[mod(me - s, n)]!, me + 1, `ag${s}`),
-        recv(c, into, me - 1, `ag${s}`, (x) => raw.copyInto(into, x)),
+        recv(c, into, me - 1, `ag${s}`, (x) => copyMessage(into, x)),
       ]);
     }
     return;
   }
   const got: (Tensor | null)[] = new Array<Tensor | null>(n).fill(null);
   await exchangeAll(c, () => t, t, got);
-  for (let j = 0; j < n; j++) if (j !== me) raw.copyInto(outs[j]!, got[j]!);
+  for (let j = 0; j < n; j++) if (j !== me) copyMessage(outs[j]!, got[j]!);
 }
 
 export async function reduceScatter(c: Ctx, out: Tensor, ins: readonly Tensor[], op: ReduceOp): Promise<void> {

@@ -12,9 +12,10 @@
  *    first, oldest first. So two messages between a pair with the same tag
  *    match two receives in order.
  * 4. Held bytes are bounded (TPRPC_P2P_HOLD_BYTES, default 1 GiB per
- *    worker): a message that would go past the bound is refused, and the
- *    sender's operation fails with a DistributedError saying so. A message
- *    being received is in memory once: the bound is on what waits unmatched.
+ *    worker): a message that would go past the bound is refused (deliver
+ *    throws); ./p2p.ts then holds the refusal (no bytes) in its place, and the
+ *    receive matching it fails with that DistributedError. A message being
+ *    received is in memory once: the bound is on what waits unmatched.
  * 5. A posted receive ends by a match, its timeout, or the death of a peer it
  *    depends on (its source; for a collective, any member of the group).
  */
@@ -57,8 +58,10 @@ interface Posted extends PostedRecv {
 
 interface Held {
   env: Envelope;
-  tensor: Tensor;
+  tensor: Tensor | null;
   bytes: number;
+  /** A refused message: the receive matching it fails with this. */
+  error?: Error;
 }
 
 const DEFAULT_HOLD_BYTES = 2 ** 30;
@@ -134,6 +137,11 @@ export class Mailbox {
     this.held.push({ env, tensor, bytes });
   }
 
+  /** Holds a refusal of `env`'s message in its place: the receive that matches it fails with `error`. */
+  refuse(env: Envelope, error: Error): void {
+    this.held.push({ env, tensor: null, bytes: 0, error });
+  }
+
   /** Posts a receive; resolves to the sender's rank once a message was consumed into place. */
   post(r: PostedRecv, timeoutMs: number): Promise<number> {
     const i = this.held.findIndex((h) => h.env.tag === r.tag && (r.src === null || r.src === h.env.src));
@@ -141,8 +149,9 @@ export class Mailbox {
       const h = this.held[i]!;
       this.held.splice(i, 1);
       this.heldBytes -= h.bytes;
+      if (h.error) return Promise.reject(h.error);
       return new Promise<number>((resolve, reject) =>
-        this.complete({ ...r, resolve, reject, timer: null }, h.env, h.tensor),
+        this.complete({ ...r, resolve, reject, timer: null }, h.env, h.tensor!),
       );
     }
     return new Promise<number>((resolve, reject) => {

@@ -1,39 +1,48 @@
 /**
  * Point-to-point messages between the workers of an RPC group, per agent.
  *
- * A message is one RPC request to the registered internal target
- * `__tprpcP2P` with the arguments [envelope, tensor]: the tensor goes out of
- * band like any RPC tensor argument, so the pipe's negotiated channel (shm,
- * cma, ucx or tcp) carries its bytes (a contiguous tensor as a zero-copy
- * window; a strided view keeps its strides when its window is small, see
+ * A message is one one-way pipe message (MessageType.P2P_MESSAGE, no reply)
+ * with the payload {envelope, tensor}: the tensor goes out of band like any
+ * RPC tensor argument, so the pipe's negotiated channel (shm, cma, ucx or
+ * tcp) carries its bytes (a contiguous tensor as a zero-copy window; a
+ * strided view keeps its strides when its window is small, see
  * sdk/wire/tensor.ts), on the same per-peer pipes as the group's RPCs.
  *
  * 1. send: the sender's rank, the tag and the tensor's metadata go in the
  *    envelope; the tensor is sent detached (distributed autograd does not
  *    record it).
- * 2. On the receiver, the target hands the message to this agent's Mailbox
- *    (./mailbox.ts), which matches it against posted receives or holds it;
- *    the reply is the acknowledgement. A send completes when that reply
- *    arrives: the bytes were received, so the sender may change its tensor.
- * 3. A send fails as an RPC does: RpcTimeoutError after its timeout,
- *    WorkerUnavailableError when the peer dies or leaves, a RemoteError
- *    carrying the receiver's DistributedError when it refused the message.
- * 4. Receives are bounded by the same default timeout (the agent's RPC
+ * 2. A send completes when the pipe wrote the message and its channel
+ *    released the tensor's bytes (the channel's `done`: the sender may change
+ *    its tensor), as a gloo send completes locally. No acknowledgement
+ *    travels back: an RPC request plus reply per message cost twice the
+ *    work of an rpcSync round trip per p2p round trip (issue #18's 4 KB gap).
+ * 3. On the receiver, the pipe's serving code hands the message synchronously,
+ *    in frame order, to this agent's Mailbox (./mailbox.ts), which matches it
+ *    against posted receives or holds it. A message the mailbox refuses
+ *    (TPRPC_P2P_HOLD_BYTES) or a malformed one is kept as a refusal that
+ *    fails the receive matching it with the DistributedError.
+ * 4. A send fails with RpcTimeoutError after its timeout, and with
+ *    WorkerUnavailableError when the pipe to the peer closes first.
+ * 5. Receives are bounded by the same default timeout (the agent's RPC
  *    timeout) and fail with WorkerUnavailableError when a peer they depend on
  *    leaves the group (the membership reports deaths: store claims are
  *    ephemeral).
  */
-import { RpcNotInitializedError, ValueError, WorkerUnavailableError } from "../errors/index.js";
+import {
+  DistributedError,
+  RpcNotInitializedError,
+  RpcTimeoutError,
+  ValueError,
+  WorkerUnavailableError,
+} from "../errors/index.js";
 import type { Agent } from "../rpc/agent.js";
-import { currentAgent, register } from "../rpc/api.js";
-import { checkTimeoutMs } from "../rpc/timeouts.js";
-import * as raw from "../tensor/raw.js";
+import { currentAgent } from "../rpc/api.js";
+import { setOneWayHandler } from "../rpc/serving.js";
+import { LongTimer, checkTimeoutMs } from "../rpc/timeouts.js";
 import { Tensor } from "../tensor/tensor.js";
 import { debug } from "../util/index.js";
 import { type Envelope, Mailbox, type PostedRecv } from "./mailbox.js";
-
-/** The internal target every process registers (messages arrive through it). */
-export const P2P_TARGET = "__tprpcP2P";
+import { copyMessage } from "./reduce_op.js";
 
 const states = new WeakMap<Agent, P2P>();
 
@@ -111,7 +120,23 @@ export class P2P {
       dtype: t.dtype,
       device: t.device.toString(),
     };
-    return this.agent.call(dst, P2P_TARGET, [env, wireView(t)], { timeoutMs }).then(() => undefined);
+    const sent = this.agent.sendOneWay(dst, { env, t: wireView(t) });
+    if (!(timeoutMs > 0)) return sent;
+    return new Promise<void>((resolve, reject) => {
+      const timer = new LongTimer(timeoutMs, () =>
+        reject(new RpcTimeoutError(`send to rank ${dst} (${tag}) was not delivered within ${timeoutMs} ms`, timeoutMs)),
+      );
+      sent.then(
+        () => {
+          timer.cancel();
+          resolve();
+        },
+        (e: Error) => {
+          timer.cancel();
+          reject(e);
+        },
+      );
+    });
   }
 
   /** Posts a receive; resolves to the sender's rank once the message was consumed into place. */
@@ -126,7 +151,7 @@ export class P2P {
         src,
         tag,
         expect: { shape: into.shape, dtype: into.dtype, device: into.device.toString() },
-        consume: (t) => raw.copyInto(into, t),
+        consume: (t) => copyMessage(into, t),
         dependsOn: null,
         what,
       },
@@ -135,8 +160,12 @@ export class P2P {
   }
 }
 
-/** The receiver's end of every message (runs with the receiving agent current). */
-function onMessage(env: Envelope, t: Tensor): null {
+/** The receiver's end of every message (the pipe's serving code calls it in frame order; never throws). */
+function onMessage(agent: Agent, body: Record<string, unknown>): void {
+  if (body === null || typeof body !== "object") return;
+  const env = body.env as Envelope;
+  const t = body.t;
+  const mailbox = P2P.of(agent).mailbox;
   const ok =
     env !== null &&
     typeof env === "object" &&
@@ -147,10 +176,17 @@ function onMessage(env: Envelope, t: Tensor): null {
     typeof env.dtype === "string" &&
     typeof env.device === "string" &&
     t instanceof Tensor;
-  if (!ok)
-    throw new ValueError("a point-to-point message needs an envelope {src, tag, shape, dtype, device} and a tensor");
-  P2P.current().mailbox.deliver(env, t);
-  return null;
+  if (!ok) {
+    debug(1, "distributed", `dropping a malformed point-to-point message from ${String(body.from)}`);
+    return;
+  }
+  try {
+    mailbox.deliver(env, t);
+  } catch (e) {
+    const err = e instanceof Error ? e : new DistributedError(String(e));
+    debug(1, "distributed", err.message);
+    mailbox.refuse(env, err);
+  }
 }
 
-register(P2P_TARGET, onMessage);
+setOneWayHandler(onMessage);

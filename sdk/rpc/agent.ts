@@ -259,6 +259,25 @@ export class Agent implements RRefHost {
       .catch((e: Error) => debug(1, "rpc", `could not send ${kind} to ${to}: ${e.message}`));
   }
 
+  /**
+   * @internal tprpc.distributed's one-way message (MessageType.P2P_MESSAGE, no reply) to `to`:
+   * resolves once the pipe wrote it and its channels released the payload's tensors (the sender
+   * may change them then); rejects as the pipe does (WorkerUnavailableError when it closed).
+   */
+  sendOneWay(to: WorkerRef, payload: Record<string, unknown>): Promise<void> {
+    if (this.closed)
+      return Promise.reject(new RpcNotInitializedError("RPC has been shut down. Call rpc.initRpc again."));
+    let name: string;
+    try {
+      name = this.workerInfo(to).name;
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.pipeTo(name)
+      .then((p) => p.send(MessageType.P2P_MESSAGE, 0, { ...payload, from: this.name }))
+      .then(() => undefined);
+  }
+
   /** A request that expects RESPONSE or ERROR under its id; `to` is a member its caller already looked up. */
   private request(
     to: string,

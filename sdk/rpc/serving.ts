@@ -48,6 +48,14 @@ function isClass(fn: unknown): fn is new (...a: unknown[]) => unknown {
   return typeof fn === "function" && /^class[\s{]/.test(Function.prototype.toString.call(fn));
 }
 
+type OneWayHandler = (agent: Agent, body: Record<string, unknown>) => void;
+let oneWayHandler: OneWayHandler | null = null;
+
+/** @internal tprpc.distributed's receiver of P2P_MESSAGE (runs synchronously, in frame order; must not throw). */
+export function setOneWayHandler(h: OneWayHandler): void {
+  oneWayHandler = h;
+}
+
 export class CallServer {
   /** Calls being served (their replies not yet sent). */
   private readonly running = new Set<Promise<unknown>>();
@@ -80,6 +88,12 @@ export class CallServer {
           if (body.from !== body.parent) void this.agent.notify(body.from, "childAccept", { fork: body.fork! });
         }
         return;
+      case MessageType.P2P_MESSAGE: {
+        // NB: one-way and synchronous, in frame order (point-to-point matching relies on it)
+        if (oneWayHandler) oneWayHandler(this.agent, body as unknown as Record<string, unknown>);
+        else debug(1, "rpc", `dropping a point-to-point message from ${body.from}: tprpc.distributed is not loaded`);
+        return;
+      }
       case MessageType.REQUEST:
       case MessageType.REMOTE_CALL:
       case MessageType.RREF_FETCH:

@@ -79,6 +79,8 @@ export enum MessageType {
   PONG = 0x33,
   /** Membership change (dynamic groups: a worker joined or left). */
   MEMBERSHIP = 0x34,
+  /** tprpc.distributed: one point-to-point message, one-way (sdk/distributed/p2p.ts); no reply. */
+  P2P_MESSAGE = 0x40,
 }
 
 const KNOWN_TYPES = new Set<number>(Object.values(MessageType).filter((v): v is number => typeof v === "number"));

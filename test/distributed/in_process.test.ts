@@ -35,6 +35,7 @@ beforeAll(async () => {
 afterAll(() => stopInProcessGroup(agents, false));
 afterEach(() => {
   delete process.env.TPRPC_RING_MIN_BYTES;
+  delete process.env.TPRPC_RING_CHUNK_BYTES;
   delete process.env.TPRPC_P2P_HOLD_BYTES;
 });
 
@@ -172,15 +173,20 @@ describe("point-to-point", () => {
     expect(await w.wait()).toBe(2);
   });
 
-  it("unexpected messages are bounded by TPRPC_P2P_HOLD_BYTES; the sender's op fails", async () => {
+  it("unexpected messages are bounded by TPRPC_P2P_HOLD_BYTES; the receive of a refused one fails", async () => {
     process.env.TPRPC_P2P_HOLD_BYTES = "64";
     await as(1, () => dist.send(zeros([8]), 0, { tag: 30 })); // 32 bytes held
-    const e = await as(1, () => dist.send(zeros([16]), 0, { tag: 30 })).catch((x: unknown) => x);
-    expect(e).toBeInstanceOf(tprpc.RemoteError);
-    expect((e as tprpc.RemoteError).remoteName).toBe("DistributedError");
-    expect((e as Error).message).toMatch(/TPRPC_P2P_HOLD_BYTES/);
+    await as(1, () => dist.send(zeros([16]), 0, { tag: 30 })); // 64 more: refused on rank 0
+    // NB: sends complete locally; a later message on the same pipe arrives after both
+    await Promise.all([
+      as(1, () => dist.send(zeros([1]), 0, { tag: 31 })),
+      as(0, () => dist.recv(zeros([1]), 1, { tag: 31 })),
+    ]);
     const y = zeros([8]);
-    await as(0, () => dist.recv(y, 1, { tag: 30 }));
+    expect(await as(0, () => dist.recv(y, 1, { tag: 30 }))).toBe(1);
+    const e = await as(0, () => dist.recv(zeros([16]), 1, { tag: 30, timeoutMs: 5_000 })).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(tprpc.DistributedError);
+    expect((e as Error).message).toMatch(/refused a 64-byte message from rank 1.*TPRPC_P2P_HOLD_BYTES/);
   });
 });
 
@@ -198,10 +204,14 @@ const reference = (op: string, xs: Tensor[]) => {
 };
 
 describe.each([
-  ["direct", "1000000000"],
-  ["ring", "0"],
-])("collectives (%s)", (_name, ringMin) => {
-  const withAlgo = () => (process.env.TPRPC_RING_MIN_BYTES = ringMin);
+  ["direct", "1000000000", ""],
+  ["ring", "0", ""],
+  ["ring, segments cut into pieces", "0", "8"],
+])("collectives (%s)", (_name, ringMin, chunkBytes) => {
+  const withAlgo = () => {
+    process.env.TPRPC_RING_MIN_BYTES = ringMin;
+    process.env.TPRPC_RING_CHUNK_BYTES = chunkBytes;
+  };
 
   it.each(Object.values(ReduceOp))("allReduce %s, equal bits on every rank", async (op) => {
     withAlgo();
