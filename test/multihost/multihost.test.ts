@@ -17,6 +17,11 @@
  * 8. elastic: a dynamic group trains RRef-held shards under distributed autograd (one context per
  *    worker per step); a worker killed on one host is restarted by its launcher and rejoins, gets a
  *    new shard at once, while the master's loop goes on; only contexts involving it fail, losses fall.
+ * 9. host loss and join: the same loop over four hosts with two workers each (8 workers); a whole host
+ *    is SIGKILLed (every process in its namespace: launcher and both workers at once), the survivors
+ *    train on, then a new host (a fifth namespace on the bridge, a new address) joins with two new
+ *    workers that get shards and train; only contexts involving the dead host's workers fail, every
+ *    live shard's loss falls, no process is left in any namespace.
  * Every wait is bounded. Skipped, with the reason printed, where namespaces cannot be made (not root,
  * no `ip` or tcpdump: bash scripts/setup.sh installs them).
  */
