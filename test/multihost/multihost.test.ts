@@ -17,6 +17,11 @@
  * 8. elastic: a dynamic group trains RRef-held shards under distributed autograd (one context per
  *    worker per step); a worker killed on one host is restarted by its launcher and rejoins, gets a
  *    new shard at once, while the master's loop goes on; only contexts involving it fail, losses fall.
+ * 9. host loss and join: the same loop over four hosts with two workers each (8 workers); a whole host
+ *    is SIGKILLed (every process in its namespace: launcher and both workers at once), the survivors
+ *    train on, then a new host (a fifth namespace on the bridge, a new address) joins with two new
+ *    workers that get shards and train; only contexts involving the dead host's workers fail, every
+ *    live shard's loss falls, no process is left in any namespace.
  * Every wait is bounded. Skipped, with the reason printed, where namespaces cannot be made (not root,
  * no `ip` or tcpdump: bash scripts/setup.sh installs them).
  */
@@ -373,6 +378,115 @@ describe.skipIf(skip !== null)("multi-host: namespaces on a bridge, tprpc launch
     expect(codes).toEqual([0, 0, 0]);
     for (const h of [0, 1, 2]) expect(bed.pids(bed.ns(h)), `processes left on host ${h}`).toEqual([]);
   }, 300_000);
+
+  it("elastic over four hosts: a whole host killed, a new host joins; the loop goes on, losses fall", async () => {
+    const t0 = Date.now();
+    const out = path.join(tmp, "hostloss");
+    fs.mkdirSync(out);
+    const env = { ...baseEnv, MH_OUT: out, TPRPC_SECRET: SECRET, MH_WORKERS: "8", MH_LIMIT_MS: "150000" };
+    const port = "29519";
+    // hosts 0, 1, 2 and 4 (3 is the relayed one) hold two workers each; host 5 is plugged in later
+    bed.addHost(4);
+    const launch = (h: number, nodeRank: number, extra: string[]) =>
+      bed.spawnIn(
+        bed.ns(h),
+        "unshare",
+        ["--pid", "--fork", "--kill-child", process.execPath, TPRPC, "launch", "--dynamic", "--nnodes", "6"].concat([
+          "--node-rank",
+          String(nodeRank),
+          "--master-addr",
+          bed.addr(0),
+          "--master-port",
+          port,
+          ...extra,
+        ]),
+        { env, stdio: ["ignore", "inherit", "inherit"] },
+      );
+    // NB: node rank n's children are worker<2n>, worker<2n+1>; the master is rank 0 of a launcher of its own
+    const master = launch(0, 0, ["--nproc-per-node", "1", ELASTIC]);
+    const hosts = new Map<number, ChildProcess>();
+    for (const [h, n] of [
+      [0, 1],
+      [1, 2],
+      [2, 3],
+      [4, 4],
+    ] as const)
+      hosts.set(h, launch(h, n, ["--nproc-per-node", "2", "--worker"]));
+    const progress = () =>
+      fs.existsSync(path.join(out, "progress.json"))
+        ? (JSON.parse(fs.readFileSync(path.join(out, "progress.json"), "utf8")) as { step: number; live: string[] })
+        : null;
+    const waitLive = async (want: string[], ms: number, what: string) => {
+      const until = Date.now() + ms;
+      const first = progress()?.step ?? -1;
+      for (;;) {
+        const p = progress();
+        if (p && JSON.stringify(p.live) === JSON.stringify(want) && p.step >= first + 3) return;
+        if (master.exitCode !== null) throw new Error("the master's launcher exited before the job finished");
+        if (Date.now() > until) throw new Error(`${what} within ${ms} ms: ${JSON.stringify(p)}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    };
+    const names = (ranks: number[]) => ranks.map((r) => `worker${r}`).sort();
+    await waitLive(names([2, 3, 4, 5, 6, 7, 8, 9]), 90_000, "the 8 workers did not all train");
+    // host 1 dies whole: every process in its namespace (unshare, its launcher, worker4, worker5) SIGKILLed
+    const doomed = bed.pids(bed.ns(1));
+    expect(doomed.length).toBeGreaterThanOrEqual(4);
+    for (const pid of doomed) process.kill(pid, "SIGKILL");
+    expect(await exited(hosts.get(1)!, 10_000, "host 1's launcher")).toBe(null);
+    hosts.delete(1);
+    await waitLive(names([2, 3, 6, 7, 8, 9]), 60_000, "the survivors did not go on training");
+    // a new host (new namespace, new address) joins with two new workers
+    bed.addHost(5);
+    hosts.set(5, launch(5, 5, ["--nproc-per-node", "2", "--worker"]));
+    await waitForFile(path.join(out, "result.json"), 150_000, () =>
+      master.exitCode !== null ? "the master's launcher exited before the job finished" : null,
+    );
+    const r = JSON.parse(fs.readFileSync(path.join(out, "result.json"), "utf8")) as {
+      events: [string, string][];
+      failures: [number, string][];
+      answeredAll: number;
+      losses: Record<string, number[]>;
+      steps: number;
+      live: string[];
+      contexts: number;
+    };
+    expect(r.answeredAll).toBe(5);
+    expect(r.live).toEqual(names([2, 3, 6, 7, 8, 9, 10, 11]));
+    // the dead host's two workers left (and never came back); the new host's two joined after
+    const leaves = r.events.filter(([k]) => k === "leave").map(([, n]) => n);
+    expect(leaves.sort()).toEqual(["worker4", "worker5"]);
+    const lastLeave = Math.max(...leaves.map((n) => r.events.findIndex((e) => e[0] === "leave" && e[1] === n)));
+    expect(r.events.slice(lastLeave + 1)).toEqual(
+      expect.arrayContaining([
+        ["join", "worker10"],
+        ["join", "worker11"],
+      ]),
+    );
+    // only contexts involving the dead host's workers failed (typed: WorkerUnavailableError, else the loop throws)
+    for (const [, to] of r.failures) expect(["worker4", "worker5"]).toContain(to);
+    // distributed autograd over RRef-held shards: every live shard's loss fell, the new workers' included
+    for (const n of r.live) {
+      const l = r.losses[n]!;
+      expect(l.length, n).toBeGreaterThanOrEqual(5);
+      expect(l.at(-1)!, n).toBeLessThan(l[0]!);
+    }
+    expect(r.contexts).toBe(0);
+    // NB: to the launchers themselves: unshare, their parent, does not forward signals
+    for (const h of hosts.keys())
+      process.kill(
+        pidIn(h, (cmd) => cmd.includes("tprpc.mjs launch") && cmd.includes("--worker") && !cmd.startsWith("unshare"))!,
+        "SIGTERM",
+      );
+    const codes = await Promise.all([...hosts].map(([h, l]) => exited(l, 60_000, `host ${h}'s launcher`)));
+    fs.writeFileSync(path.join(out, "release"), "");
+    codes.push(await exited(master, 60_000, "host 0's master launcher"));
+    expect(codes).toEqual([0, 0, 0, 0, 0]);
+    for (const h of [0, 1, 2, 4, 5]) expect(bed.pids(bed.ns(h)), `processes left on host ${h}`).toEqual([]);
+    console.log(
+      `[test/multihost] host loss and join: ${r.steps} steps, ${r.failures.length} contexts failed (dead host), ${((Date.now() - t0) / 1000).toFixed(1)} s`,
+    );
+  }, 360_000);
 
   it("a host with no route to the master fails with an AddressError", () => {
     const ns = bed.isolated();

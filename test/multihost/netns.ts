@@ -53,23 +53,27 @@ export class TestBed {
     const sw = ["netns", "exec", this.switchNs];
     must("ip", [...sw, "ip", "link", "add", "br0", "type", "bridge"]);
     must("ip", [...sw, "ip", "link", "set", "br0", "up"]);
-    for (let i = 0; i < this.hosts; i++) {
-      const ns = this.ns(i);
-      const a = `${this.tag}v${i}`;
-      const b = `${this.tag}p${i}`;
-      must("ip", ["netns", "add", ns]);
-      this.made.push(ns);
-      must("ip", ["link", "add", a, "type", "veth", "peer", "name", b]);
-      must("ip", ["link", "set", a, "netns", ns]);
-      must("ip", ["link", "set", b, "netns", this.switchNs]);
-      must("ip", [...sw, "ip", "link", "set", b, "master", "br0"]);
-      must("ip", [...sw, "ip", "link", "set", b, "up"]);
-      const h = ["netns", "exec", ns];
-      must("ip", [...h, "ip", "link", "set", a, "name", "eth0"]);
-      must("ip", [...h, "ip", "addr", "add", `${this.addr(i)}/24`, "dev", "eth0"]);
-      must("ip", [...h, "ip", "link", "set", "eth0", "up"]);
-      must("ip", [...h, "ip", "link", "set", "lo", "up"]);
-    }
+    for (let i = 0; i < this.hosts; i++) this.addHost(i);
+  }
+
+  /** Host i on the bridge (setup() makes 0..hosts-1; a later call adds one, as a machine plugged in). */
+  addHost(i: number): void {
+    const sw = ["netns", "exec", this.switchNs];
+    const ns = this.ns(i);
+    const a = `${this.tag}v${i}`;
+    const b = `${this.tag}p${i}`;
+    must("ip", ["netns", "add", ns]);
+    this.made.push(ns);
+    must("ip", ["link", "add", a, "type", "veth", "peer", "name", b]);
+    must("ip", ["link", "set", a, "netns", ns]);
+    must("ip", ["link", "set", b, "netns", this.switchNs]);
+    must("ip", [...sw, "ip", "link", "set", b, "master", "br0"]);
+    must("ip", [...sw, "ip", "link", "set", b, "up"]);
+    const h = ["netns", "exec", ns];
+    must("ip", [...h, "ip", "link", "set", a, "name", "eth0"]);
+    must("ip", [...h, "ip", "addr", "add", `${this.addr(i)}/24`, "dev", "eth0"]);
+    must("ip", [...h, "ip", "link", "set", "eth0", "up"]);
+    must("ip", [...h, "ip", "link", "set", "lo", "up"]);
   }
 
   /** An extra namespace with only loopback up: a host with no route anywhere. */
