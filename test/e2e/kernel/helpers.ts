@@ -3,8 +3,54 @@
  * gone: its process has exited, only its parent has not reaped it yet), a bounded wait
  * for pids to go, and executing a cell on a @jupyterlab/services kernel connection.
  */
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
-import type { Kernel, KernelMessage } from "@jupyterlab/services";
+import os from "node:os";
+import { KernelManager, ServerConnection, type Kernel, type KernelMessage } from "@jupyterlab/services";
+import { startServer, type JupyterServer } from "../../../scripts/run-notebooks/server.js";
+
+/** Whether some Python here has jupyter_server (the kernel end-to-end tests are skipped otherwise). */
+export const hasJupyter = [process.env.TPRPC_JUPYTER_PYTHON, "/usr/bin/python3", "python3"]
+  .filter(Boolean)
+  .some((py) => spawnSync(py!, ["-c", "import jupyter_server"], { stdio: "ignore" }).status === 0);
+
+/** A tprpc kernel on the runner's private Jupyter server, and how to take both down. */
+export interface KernelSession {
+  kernel: Kernel.IKernelConnection;
+  /** Shuts the kernel down (unless `shutdownKernel` is false: the test did), then stops the server. */
+  close(shutdownKernel?: boolean): Promise<void>;
+}
+
+/** Starts the runner's Jupyter server and a tprpc kernel on it; a failed start stops what it started. */
+export async function openKernel(): Promise<KernelSession> {
+  const server: JupyterServer = await startServer({ rootDir: os.tmpdir() });
+  let manager: KernelManager | undefined;
+  try {
+    manager = new KernelManager({
+      serverSettings: ServerConnection.makeSettings({
+        baseUrl: server.baseUrl,
+        wsUrl: server.baseUrl.replace(/^http/, "ws"),
+        token: server.token,
+        appendToken: true,
+      }),
+    });
+    await manager.ready;
+    const kernel = await manager.startNew({ name: server.kernelName });
+    const m = manager;
+    return {
+      kernel,
+      async close(shutdownKernel = true) {
+        if (shutdownKernel) await kernel.shutdown().catch(() => undefined);
+        m.dispose();
+        await server.stop();
+      },
+    };
+  } catch (e) {
+    manager?.dispose();
+    await server.stop();
+    throw e;
+  }
+}
 
 export function alive(pid: number): boolean {
   try {

@@ -4,40 +4,21 @@
  * object literal or a destructuring assignment) must become `{ aa: exports.aa }`, not stay a free
  * `aa` (a ReferenceError at run time). Skipped where no Python has jupyter_server.
  */
-import { spawnSync } from "node:child_process";
-import os from "node:os";
-import { KernelManager, ServerConnection, type Kernel } from "@jupyterlab/services";
+import { type Kernel } from "@jupyterlab/services";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type JupyterServer } from "../../../scripts/run-notebooks/server.js";
-import { exec } from "./helpers.js";
-
-const hasJupyter = [process.env.TPRPC_JUPYTER_PYTHON, "/usr/bin/python3", "python3"]
-  .filter(Boolean)
-  .some((py) => spawnSync(py!, ["-c", "import jupyter_server"], { stdio: "ignore" }).status === 0);
+import { exec, hasJupyter, type KernelSession, openKernel } from "./helpers.js";
 
 describe.skipIf(!hasJupyter)("tprpc kernel: an earlier cell's names in a later cell (e2e)", () => {
-  let server: JupyterServer;
-  let manager: KernelManager;
+  let session: KernelSession | undefined;
   let k: Kernel.IKernelConnection;
 
   beforeAll(async () => {
-    server = await startServer({ rootDir: os.tmpdir() });
-    manager = new KernelManager({
-      serverSettings: ServerConnection.makeSettings({
-        baseUrl: server.baseUrl,
-        wsUrl: server.baseUrl.replace(/^http/, "ws"),
-        token: server.token,
-        appendToken: true,
-      }),
-    });
-    await manager.ready;
-    k = await manager.startNew({ name: server.kernelName });
+    session = await openKernel();
+    k = session.kernel;
   }, 120_000);
 
   afterAll(async () => {
-    await k?.shutdown().catch(() => undefined);
-    manager?.dispose();
-    await server?.stop();
+    await session?.close();
   });
 
   /** Runs `code` and returns its text/plain result, failing with the whole reply otherwise. */

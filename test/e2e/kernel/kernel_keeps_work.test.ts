@@ -6,16 +6,9 @@
  * requests already queued behind a failed cell are aborted; a promise that rejects after its
  * cell ended is shown on the running cell, or on the next one. Skipped where no Python has jupyter_server.
  */
-import { spawnSync } from "node:child_process";
-import os from "node:os";
-import { KernelManager, ServerConnection, type Kernel, type KernelMessage } from "@jupyterlab/services";
+import { type Kernel, type KernelMessage } from "@jupyterlab/services";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type JupyterServer } from "../../../scripts/run-notebooks/server.js";
-import { exec } from "./helpers.js";
-
-const hasJupyter = [process.env.TPRPC_JUPYTER_PYTHON, "/usr/bin/python3", "python3"]
-  .filter(Boolean)
-  .some((py) => spawnSync(py!, ["-c", "import jupyter_server"], { stdio: "ignore" }).status === 0);
+import { exec, hasJupyter, type KernelSession, openKernel } from "./helpers.js";
 
 /** Sends `code` without waiting; resolves to the reply content and the cell's stderr. */
 function send(k: Kernel.IKernelConnection, code: string, stopOnError: boolean, ms = 60_000) {
@@ -36,28 +29,16 @@ function send(k: Kernel.IKernelConnection, code: string, stopOnError: boolean, m
 }
 
 describe.skipIf(!hasJupyter)("tprpc kernel keeps the user's work (e2e)", () => {
-  let server: JupyterServer;
-  let manager: KernelManager;
+  let session: KernelSession | undefined;
   let k: Kernel.IKernelConnection;
 
   beforeAll(async () => {
-    server = await startServer({ rootDir: os.tmpdir() });
-    manager = new KernelManager({
-      serverSettings: ServerConnection.makeSettings({
-        baseUrl: server.baseUrl,
-        wsUrl: server.baseUrl.replace(/^http/, "ws"),
-        token: server.token,
-        appendToken: true,
-      }),
-    });
-    await manager.ready;
-    k = await manager.startNew({ name: server.kernelName });
+    session = await openKernel();
+    k = session.kernel;
   }, 120_000);
 
   afterAll(async () => {
-    await k?.shutdown().catch(() => undefined);
-    manager?.dispose();
-    await server?.stop();
+    await session?.close();
   });
 
   it("a failed cell keeps the declarations that ran; a name it did not reach keeps its earlier value", async () => {

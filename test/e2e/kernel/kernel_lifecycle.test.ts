@@ -6,39 +6,21 @@
  * by pid; the prelude runs again) and shut down (the kernel and its new workers are gone).
  * Skipped where no Python has jupyter_server.
  */
-import { spawnSync } from "node:child_process";
-import os from "node:os";
-import { KernelManager, ServerConnection, type Kernel } from "@jupyterlab/services";
+import { type Kernel } from "@jupyterlab/services";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type JupyterServer } from "../../../scripts/run-notebooks/server.js";
-import { alive, exec, gone } from "./helpers.js";
-
-const hasJupyter = [process.env.TPRPC_JUPYTER_PYTHON, "/usr/bin/python3", "python3"]
-  .filter(Boolean)
-  .some((py) => spawnSync(py!, ["-c", "import jupyter_server"], { stdio: "ignore" }).status === 0);
+import { alive, exec, gone, hasJupyter, type KernelSession, openKernel } from "./helpers.js";
 
 describe.skipIf(!hasJupyter)("tprpc kernel lifecycle (e2e)", () => {
-  let server: JupyterServer;
-  let manager: KernelManager;
+  let session: KernelSession | undefined;
   let k: Kernel.IKernelConnection;
 
   beforeAll(async () => {
-    server = await startServer({ rootDir: os.tmpdir() });
-    manager = new KernelManager({
-      serverSettings: ServerConnection.makeSettings({
-        baseUrl: server.baseUrl,
-        wsUrl: server.baseUrl.replace(/^http/, "ws"),
-        token: server.token,
-        appendToken: true,
-      }),
-    });
-    await manager.ready;
-    k = await manager.startNew({ name: server.kernelName });
+    session = await openKernel();
+    k = session.kernel;
   }, 120_000);
 
   afterAll(async () => {
-    manager?.dispose();
-    await server?.stop();
+    await session?.close(false);
   });
 
   it("reports compile errors and unhandled rejections as error outputs, and rich results", async () => {

@@ -5,17 +5,14 @@
  * traceback) and no execution of the third cell; the workers that cell started are gone.
  * Skipped where no Python has jupyter_server.
  */
-import { spawn, spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { gone } from "./helpers.js";
+import { gone, hasJupyter } from "./helpers.js";
 
 const root = path.resolve(import.meta.dirname, "../../..");
-const hasJupyter = [process.env.TPRPC_JUPYTER_PYTHON, "/usr/bin/python3", "python3"]
-  .filter(Boolean)
-  .some((py) => spawnSync(py!, ["-c", "import jupyter_server"], { stdio: "ignore" }).status === 0);
 
 const cells = [
   'console.log("before the error");',
