@@ -6,12 +6,13 @@
 # weights. Every actor stops after --pushes pushes, after 5 warm-up pushes each. Prints "a3c: <steps/s> env steps/s".
 #   /usr/bin/python3 bench/reference/torch_a3c.py [--pushes 200] [--threads 1]
 # The master (rank 0, TCPStore host) starts ranks 1-3 as children; run it in a process group of its own.
-import argparse, math, os, socket, subprocess, sys, threading, time
+import argparse, math, sys, threading, time
 
 sys.dont_write_bytecode = True
 import torch  # noqa: E402
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.nn as nn  # noqa: E402
+from rpc_group import run_rpc_group  # noqa: E402
 
 ACTORS = 3
 
@@ -137,12 +138,6 @@ def run_master(args):
     print(f"a3c: {rate:.1f} env steps/s", flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--pushes", type=int, default=200)
@@ -151,25 +146,7 @@ def main():
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    children = []
-    if args.rank == 0:
-        args.port = free_port()
-        children = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", str(r), "--port",
-                                      str(args.port), "--threads", str(args.threads)]) for r in range(1, ACTORS + 1)]
-    options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=600,
-                                              init_method=f"tcp://127.0.0.1:{args.port}")
-    try:
-        rpc.init_rpc(f"worker{args.rank}" if args.rank else "master", rank=args.rank, world_size=ACTORS + 1,
-                     rpc_backend_options=options)
-        if args.rank == 0:
-            run_master(args)
-        rpc.shutdown()
-    finally:
-        for c in children:
-            try:
-                c.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                c.kill()
+    run_rpc_group(__file__, args, ACTORS + 1, run_master)
 
 
 if __name__ == "__main__":

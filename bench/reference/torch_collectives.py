@@ -10,10 +10,11 @@
 #   p2p round trip <bytes> B <seconds> s
 #   all_reduce <world> procs <bytes> B <seconds> s
 # Usage: python3 torch_collectives.py --p2p-sizes 4000,4000000 --sizes 4000,...,400000000 --worlds 3,4 [--quick]
-import argparse, os, socket, statistics, sys, time
+import argparse, os, statistics, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import plan  # noqa: E402
+from rpc_group import free_port  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -62,12 +63,6 @@ def worker(rank, world, port, sizes, p2p_sizes, quick, queue):
     dist.destroy_process_group()
     if rank == 0:
         queue.put(out)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(world, sizes, p2p_sizes, quick):

@@ -6,13 +6,14 @@
 #   /usr/bin/python3 bench/reference/torch_fedavg.py [--rounds 5] [--threads 1]
 # The master (rank 0, TCPStore host) starts ranks 1-3 as children; run it in a process group of its own so a timeout
 # can end them all (bench/spawn_group.ts spawnInGroup).
-import argparse, os, socket, statistics, subprocess, sys, time
+import argparse, statistics, sys, time
 
 sys.dont_write_bytecode = True
 import torch  # noqa: E402
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from rpc_group import run_rpc_group  # noqa: E402
 
 CLIENTS, EXAMPLES = 3, 20_000
 
@@ -67,12 +68,6 @@ def run_master(args):
     print(f"fedavg: {statistics.median(times):.4f} s/round", flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=5)
@@ -81,25 +76,7 @@ def main():
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    children = []
-    if args.rank == 0:
-        args.port = free_port()
-        children = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", str(r), "--port",
-                                      str(args.port), "--threads", str(args.threads)]) for r in range(1, CLIENTS + 1)]
-    options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=600,
-                                              init_method=f"tcp://127.0.0.1:{args.port}")
-    try:
-        rpc.init_rpc(f"worker{args.rank}" if args.rank else "master", rank=args.rank, world_size=CLIENTS + 1,
-                     rpc_backend_options=options)
-        if args.rank == 0:
-            run_master(args)
-        rpc.shutdown()
-    finally:
-        for c in children:
-            try:
-                c.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                c.kill()
+    run_rpc_group(__file__, args, CLIENTS + 1, run_master)
 
 
 if __name__ == "__main__":

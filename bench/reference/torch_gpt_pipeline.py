@@ -13,7 +13,7 @@
 # Prints one line "pipeline gpt: <median ms/step> ms/step, <tokens/s> tokens/s, loss <last>" (bench/e2e.ts parses it).
 # The master (rank 0, also the TCPStore host) starts ranks 1 and 2 as children; run it in a process group of its own
 # so a timeout can end all three (bench/spawn_group.ts spawnInGroup).
-import argparse, os, socket, statistics, subprocess, sys, threading, time
+import argparse, os, statistics, sys, threading, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -24,6 +24,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.distributed.optim import DistributedOptimizer  # noqa: E402
 from gpt_step_torch import GPT, B, L, T, V  # noqa: E402
+from rpc_group import run_rpc_group  # noqa: E402
 
 MODEL_SEED = 1234
 
@@ -101,12 +102,6 @@ def run_master(args):
     print(f"pipeline gpt: {med * 1e3:.2f} ms/step, {B * T / med:.1f} tokens/s, loss {loss:.4f}", flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
@@ -117,25 +112,7 @@ def main():
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    children = []
-    if args.rank == 0:
-        args.port = free_port()
-        children = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", str(r), "--port",
-                                      str(args.port), "--threads", str(args.threads)]) for r in (1, 2)]
-    options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=600,
-                                              init_method=f"tcp://127.0.0.1:{args.port}")
-    try:
-        rpc.init_rpc(f"worker{args.rank}" if args.rank else "master", rank=args.rank, world_size=3,
-                     rpc_backend_options=options)
-        if args.rank == 0:
-            run_master(args)
-        rpc.shutdown()
-    finally:
-        for c in children:
-            try:
-                c.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                c.kill()
+    run_rpc_group(__file__, args, 3, run_master)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@
 # most N calls outstanding (a semaphore released by each future's callback), ASYNC_CALLS per trial, one untimed trial
 # first, median calls/s. Both processes use one intra-op thread. bench/rpc_common.ts parses the "rpc_sync identity"
 # and "rpc_async identity, 64 in flight" lines and the "# ..." header.
-import argparse, os, socket, subprocess, sys, threading, time
+import argparse, os, subprocess, sys, threading, time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import ASYNC_CALLS, ASYNC_SIZES, SIZES, async_line, async_trials, measure, plan, sync_line  # noqa: E402
+from rpc_group import free_port  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed.rpc as rpc  # noqa: E402
@@ -64,12 +65,6 @@ def run_master(args):
             async_rate(x, in_flight)  # warm-up trial
             rates = [async_rate(x, in_flight) for _ in range(async_trials(args.quick))]
             async_line(f"rpc_async identity, {in_flight} in flight", nbytes, rates)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ints(text):
