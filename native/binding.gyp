@@ -39,6 +39,8 @@
         "src/gpu/caching_allocator.cc",
         "src/gpu/host_allocator.cc",
         "src/gpu/cuda_memory.cc",
+        "src/gpu/cuda_ipc.cc",
+        "src/gpu/nccl.cc",
         "src/cuda/host_kernels.cc",
         "src/cuda/launcher.cc",
         "src/cuda/driver_launcher.cc",

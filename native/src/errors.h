@@ -10,4 +10,8 @@ namespace tprpc {
 
 [[noreturn]] void ThrowNative(Napi::Env env, const std::string& code, int err, const std::string& message);
 
+// A NativeError whose `errno` is a library's own result code (a CUresult, an ncclResult_t), not a
+// C errno, so no strerror text is added. Throw it, or reject a promise with it.
+Napi::Error NativeResultError(Napi::Env env, const std::string& code, int result, const std::string& message);
+
 }  // namespace tprpc

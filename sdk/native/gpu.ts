@@ -106,8 +106,49 @@ export interface NativeCudaMemory {
   ): void;
 }
 
+/**
+ * The cuda_ipc channel's driver calls (native/src/gpu/cuda_ipc.cc), one driver call each in the
+ * device's primary context. Pointers, streams and events are bigints; IPC handles 64 bytes. A failed
+ * call is NativeError "ECUDA" whose errno is the CUresult.
+ */
+export interface NativeCudaIpc {
+  ipcAddressRange(device: number, ptr: bigint): { base: bigint; size: number };
+  ipcGetMemHandle(device: number, base: bigint): Uint8Array;
+  ipcOpenMemHandle(device: number, handle: Uint8Array, flags: number): bigint;
+  ipcCloseMemHandle(device: number, base: bigint): void;
+  eventCreate(device: number, flags: number): bigint;
+  eventDestroy(device: number, event: bigint): void;
+  eventRecord(device: number, event: bigint, stream: bigint): void;
+  /** true once complete, false while CUDA_ERROR_NOT_READY. */
+  eventQuery(device: number, event: bigint): boolean;
+  /** Blocks the JS thread until the event completed. */
+  eventSynchronize(device: number, event: bigint): void;
+  ipcGetEventHandle(device: number, event: bigint): Uint8Array;
+  ipcOpenEventHandle(device: number, handle: Uint8Array): bigint;
+  streamWaitEvent(device: number, stream: bigint, event: bigint): void;
+}
+
+/**
+ * The nccl channel's calls (native/src/gpu/nccl.cc) over libnccl.so.2 loaded with dlopen. Without
+ * it every call throws NativeError "ENOTVIABLE"; a failed call is "ENCCL" whose errno is the
+ * ncclResult_t. NB: NCCL needs one GPU per rank.
+ */
+export interface NativeNccl {
+  /** Runs off the JS thread (it blocks until every rank joined). */
+  ncclCommInitRank(device: number, nranks: number, id: Uint8Array, rank: number): Promise<bigint>;
+  ncclCommDestroy(comm: bigint): void;
+  ncclCommAbort(comm: bigint): void;
+  /** The communicator's asynchronous error (0: none). */
+  ncclCommGetAsyncError(comm: bigint): number;
+  ncclSend(device: number, comm: bigint, ptr: bigint, bytes: number, peer: number, stream: bigint): void;
+  ncclRecv(device: number, comm: bigint, ptr: bigint, bytes: number, peer: number, stream: bigint): void;
+  ncclGroupStart(): void;
+  ncclGroupEnd(): void;
+  ncclErrorString(result: number): string;
+}
+
 /** The addon's `gpu()` namespace. */
-export interface NativeGpu extends NativeCudaMemory {
+export interface NativeGpu extends NativeCudaMemory, NativeCudaIpc, NativeNccl {
   status(): Record<GpuLibName, GpuLibStatus>;
   /** Throws NativeError code "ENOTVIABLE" (with the reason) when the CUDA driver is not viable. */
   devices(): CudaDeviceInfo[];
@@ -156,7 +197,9 @@ function wrapAll<T extends object>(o: T): T {
       typeof fn === "function"
         ? (...a: unknown[]) => {
             try {
-              return (fn as (...x: unknown[]) => unknown)(...a);
+              const r = (fn as (...x: unknown[]) => unknown)(...a);
+              // NB: a native promise (ncclCommInitRank) rejects with the raw error; type it too
+              return r instanceof Promise ? r.catch((e: unknown) => Promise.reject(toNativeError(e))) : r;
             } catch (e) {
               throw toNativeError(e);
             }

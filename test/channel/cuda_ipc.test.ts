@@ -75,6 +75,32 @@ describe("cuda_ipc against the stand-in driver", () => {
     expect(decodeIpcDescriptor(s.descriptor)).toMatchObject({ offset: 512, byteLength: 1000, eventSlot: 0 });
   });
 
+  it("on a dedicated copy stream, waits on the current stream and the sender's event before the copy", async () => {
+    const { world, a, b, tx, rx } = setup();
+    b.copyStreams.set(0, 99n);
+    const seg = a.alloc(4096);
+    fill(a.view(seg, 64), 3);
+    const dst = b.alloc(4096);
+    const s = tx.send(buf(seg, 0, 64));
+    world.log.length = 0;
+    await rx.recv(s.descriptor, buf(dst, 0, 64));
+    await s.done;
+    expect(
+      world.log.filter((l) => l.startsWith("B ")),
+      world.log.join("\n"),
+    ).toEqual([
+      "B cuIpcOpenMemHandle seg1 flags=1",
+      "B cuIpcOpenEventHandle ev3",
+      "B cuEventCreate ev4 flags=2",
+      "B cuEventRecord ev4 s7",
+      "B cuStreamWaitEvent s99 ev4",
+      "B cuStreamWaitEvent s99 ev3",
+      "B cuMemcpyDtoDAsync 64 s99",
+      "B cuEventRecord ev4 s99",
+    ]);
+    expect(Buffer.from(b.view(dst, 64)).equals(Buffer.from(a.view(seg, 64)))).toBe(true);
+  });
+
   it("opens a block's handle once: a second transfer from the same segment opens nothing new", async () => {
     const { world, a, b, tx, rx } = setup();
     const seg = a.alloc(2 << 20);

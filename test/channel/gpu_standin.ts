@@ -164,6 +164,11 @@ export class StandinDriver implements CudaIpcDriver {
   currentStream(device: number): bigint {
     return BigInt(7 + device);
   }
+  /** The current stream unless the test gave a dedicated one (`copyStreams`). */
+  copyStream(device: number): bigint {
+    return this.copyStreams.get(device) ?? this.currentStream(device);
+  }
+  readonly copyStreams = new Map<number, bigint>();
 }
 
 const caps = (name: string): Capabilities => ({

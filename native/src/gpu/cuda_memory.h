@@ -15,6 +15,10 @@ const CudaDriver& MakeCurrent(Napi::Env env, int device, CUcontext* ctx_out = nu
 
 // Adds the functions of cuda_memory.cc to the gpu() namespace object.
 void AddCudaMemory(Napi::Env env, Napi::Object ns);
+// Adds the cuda_ipc channel's calls (cuda_ipc.cc): IPC memory and event handles, events, stream waits.
+void AddCudaIpc(Napi::Env env, Napi::Object ns);
+// Adds the nccl channel's calls (nccl.cc): communicators, send/recv, async errors.
+void AddNccl(Napi::Env env, Napi::Object ns);
 
 }  // namespace gpu
 }  // namespace tprpc

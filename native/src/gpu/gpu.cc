@@ -74,7 +74,9 @@ bool LoadDriver(CudaDriver& d) {
                           SLOT(d, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
                           SLOT(d, cuMemGetAddressRange, "cuMemGetAddressRange_v2"),
                           SLOT(d, cuCtxSynchronize, "cuCtxSynchronize"),
-                          SLOT(d, cuMemsetD8Async, "cuMemsetD8Async")});
+                          SLOT(d, cuMemsetD8Async, "cuMemsetD8Async"),
+                          SLOT(d, cuIpcGetEventHandle, "cuIpcGetEventHandle"),
+                          SLOT(d, cuIpcOpenEventHandle, "cuIpcOpenEventHandle")});
 }
 
 bool LoadNvrtc(Nvrtc& n) {
@@ -96,7 +98,10 @@ bool LoadCublas(Cublas& c) {
 bool LoadNccl(Nccl& n) {
   return Fill(Lib::Nccl, {SLOT(n, ncclGetVersion, "ncclGetVersion"), SLOT(n, ncclGetErrorString, "ncclGetErrorString"),
                           SLOT(n, ncclGetUniqueId, "ncclGetUniqueId"), SLOT(n, ncclCommInitRank, "ncclCommInitRank"),
-                          SLOT(n, ncclCommDestroy, "ncclCommDestroy"), SLOT(n, ncclCommAbort, "ncclCommAbort")});
+                          SLOT(n, ncclCommDestroy, "ncclCommDestroy"), SLOT(n, ncclCommAbort, "ncclCommAbort"),
+                          SLOT(n, ncclCommGetAsyncError, "ncclCommGetAsyncError"),
+                          SLOT(n, ncclGroupStart, "ncclGroupStart"), SLOT(n, ncclGroupEnd, "ncclGroupEnd"),
+                          SLOT(n, ncclSend, "ncclSend"), SLOT(n, ncclRecv, "ncclRecv")});
 }
 
 #undef SLOT
@@ -308,6 +313,8 @@ Napi::Value Namespace(const Napi::CallbackInfo& info) {
   o.Set("copyDtoH", Napi::Function::New(env, CopyDtoH));
   o.Set("copyDtoD", Napi::Function::New(env, CopyDtoD));
   AddCudaMemory(env, o);
+  AddCudaIpc(env, o);
+  AddNccl(env, o);
   return o;
 }
 

@@ -78,6 +78,9 @@ struct CudaDriver {
   CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr);     // _v2
   CUresult (*cuCtxSynchronize)();
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  // -- cuda_ipc channel: interprocess events (gpu/cuda_ipc.cc) --
+  CUresult (*cuIpcGetEventHandle)(CUipcEventHandle*, CUevent);
+  CUresult (*cuIpcOpenEventHandle)(CUevent*, CUipcEventHandle);
 };
 
 // CUresult values and flags the allocator and copies use (stable across CUDA releases).
@@ -85,6 +88,7 @@ constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
 constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
 constexpr unsigned CU_EVENT_DISABLE_TIMING = 2;
+constexpr unsigned CU_EVENT_INTERPROCESS = 4;
 constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 1;
 
 // ---- NVRTC ---------------------------------------------------------------------------------------
@@ -127,7 +131,16 @@ struct Nccl {
   ncclResult_t (*ncclCommInitRank)(ncclComm_t*, int, ncclUniqueId, int);
   ncclResult_t (*ncclCommDestroy)(ncclComm_t);
   ncclResult_t (*ncclCommAbort)(ncclComm_t);
+  // -- nccl channel: point-to-point on a stream (gpu/nccl.cc) --
+  ncclResult_t (*ncclCommGetAsyncError)(ncclComm_t, ncclResult_t*);
+  ncclResult_t (*ncclGroupStart)();
+  ncclResult_t (*ncclGroupEnd)();
+  // ncclDataType_t is an int enum: ncclUint8 = 1. The stream is a cudaStream_t, which is a CUstream.
+  ncclResult_t (*ncclSend)(const void*, size_t, int, int, ncclComm_t, CUstream);
+  ncclResult_t (*ncclRecv)(void*, size_t, int, int, ncclComm_t, CUstream);
 };
+constexpr int ncclUint8 = 1;
+constexpr ncclResult_t ncclInProgress = 7;
 
 // ---- CUDA kernels and cuBLAS GEMMs (native/src/cuda) -----------------------------------
 // The driver calls that load the addon's fatbin and launch its kernels, and the cuBLAS GEMMs of

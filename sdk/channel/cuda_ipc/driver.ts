@@ -4,10 +4,10 @@
  * method is one driver call (named beside it); pointers, streams and events
  * are bigints, IPC handles are their 64 opaque bytes.
  *
- * NB: the native binding of this interface (over dynlib's table, which already
- * resolves every symbol named here) is not written yet; until it is, the
- * cuda_ipc context stays not viable on every machine.
+ * The native binding is ./native_driver.ts (over native/src/gpu/cuda_ipc.cc,
+ * through dynlib's dlopen table); a failed driver call there is a CudaIpcError.
  */
+import { ChannelNotViableError } from "../../errors/index.js";
 
 /** cuEventCreate flags: an event whose handle crosses processes must not record timing. */
 export const CU_EVENT_DISABLE_TIMING = 0x2;
@@ -42,8 +42,24 @@ export interface CudaIpcDriver {
   streamWaitEvent(device: number, stream: bigint, event: bigint): void;
   /** cuMemcpyDtoDAsync_v2. */
   copyDtoDAsync(device: number, dst: bigint, src: bigint, bytes: number, stream: bigint): void;
-  /** The stream the channel works on for `device` (the current stream, as torch's). */
+  /** The stream work for `device` is queued on now (torch's current stream): the sender's event is recorded there. */
   currentStream(device: number): bigint;
+  /**
+   * The receiver's copy stream for `device`; when it is not the current stream, it first waits on
+   * the current stream (work already queued for the destination, such as its zero fill).
+   */
+  copyStream(device: number): bigint;
+}
+
+/** A CUDA driver call of the cuda_ipc channel failed; `result` is its CUresult. */
+export class CudaIpcError extends ChannelNotViableError {
+  constructor(
+    readonly call: string,
+    readonly result: number,
+    detail: string,
+  ) {
+    super(`cuda_ipc: ${detail}`);
+  }
 }
 
 /** The CUdeviceptr of a channel DeviceBuffer's memory (the tensor layer's DeviceMemory.handle). */

@@ -15,15 +15,19 @@
  * against a driver interface (./driver.ts) and are tested on the CPU against
  * a stand-in driver (test/channel/cuda_ipc.test.ts).
  *
- * NB: no GPU run has checked this path. The native binding of CudaIpcDriver
- * is not written, so by default the context is never viable: whyNotViable()
- * names the first thing missing (the driver's reason on machines without one).
+ * By default the driver is the addon's (./native_driver.ts): the context is
+ * viable where the CUDA driver loads and reports a device; elsewhere
+ * whyNotViable() names the first thing missing (the driver's reason).
+ *
+ * NB: no GPU run has checked this path yet; `npm run gpu:check` measures it
+ * (round trip and bandwidth between two processes sharing one GPU).
  */
 import { ChannelNotViableError } from "../../errors/index.js";
-import { type CudaDeviceInfo, type GpuLibrary, cudaDevices, gpuLibrary } from "../../native/gpu.js";
+import { type CudaDeviceInfo, type GpuLibrary, cudaDevices, gpuLibrary, nativeGpu } from "../../native/gpu.js";
 import { CHANNEL_PRIORITY, type ChannelContext, registerChannel } from "../index.js";
 import { createCudaIpcChannel } from "./channel.js";
 import type { CudaIpcDriver } from "./driver.js";
+import { nativeIpcDriver } from "./native_driver.js";
 
 export interface CudaIpcDeps {
   /** The CUDA driver loader. */
@@ -36,12 +40,28 @@ export interface CudaIpcDeps {
   ipc?: CudaIpcDriver;
 }
 
-const NO_DATA_PATH = "this tprpc build has no cuda_ipc data path yet (IPC memory/event handles with stream ordering)";
+const NO_DATA_PATH = "this tprpc build has no cuda_ipc data path (the addon lacks the IPC calls; rebuild it)";
 
-/** The cuda_ipc context; `deps` are injectable for tests. */
-export function createCudaIpcContext(
-  deps: CudaIpcDeps = { driver: gpuLibrary("cuda"), devices: cudaDevices, dataPath: false },
-): ChannelContext {
+/** The addon's IPC calls, when it loaded and has them (built lazily: the driver is probed on first use). */
+function nativeDeps(): CudaIpcDeps {
+  let ipc: CudaIpcDriver | undefined;
+  const gpu = (): ReturnType<typeof nativeGpu> => nativeGpu();
+  return {
+    driver: gpuLibrary("cuda"),
+    devices: cudaDevices,
+    get dataPath() {
+      return typeof gpu()?.ipcGetMemHandle === "function";
+    },
+    get ipc() {
+      const g = gpu();
+      if (!ipc && g && typeof g.ipcGetMemHandle === "function") ipc = nativeIpcDriver(g);
+      return ipc;
+    },
+  };
+}
+
+/** The cuda_ipc context; `deps` are injectable for tests (default: the addon's driver). */
+export function createCudaIpcContext(deps: CudaIpcDeps = nativeDeps()): ChannelContext {
   const why = (): string | undefined => {
     if (!deps.driver.isViable()) return `cuda_ipc needs the CUDA driver: ${deps.driver.reason()}`;
     if (deps.devices().length === 0) return "cuda_ipc needs a CUDA device, and this process sees none";

@@ -13,8 +13,9 @@
  * 2. Receiver: cuIpcOpenMemHandle once per distinct memory handle, cached
  *    (NB: CUDA refuses to open the same allocation twice in one process, and
  *    opening costs a mapping); cuIpcOpenEventHandle once per sender event
- *    slot, cached. Its stream waits on the sender's event (cuStreamWaitEvent),
- *    copies device to device into its own allocation, records its own event.
+ *    slot, cached. Its copy stream waits on its current stream (when they
+ *    differ) and on the sender's event (cuStreamWaitEvent), copies device to
+ *    device into its own allocation, records its own event.
  * 3. Receiver: when that event completes, `recv` resolves and an ack {seq}
  *    goes back. Sender: the ack resolves `done` and returns the event to the
  *    pool. Until then the pipe holds the storage, so the caching allocator
@@ -178,10 +179,21 @@ export class IpcReceiver {
     const d = this.driver;
     const base = this.openMem(device, desc.memHandle);
     const peerEvent = this.openEvent(device, desc.eventSlot, desc.eventHandle);
-    const stream = d.currentStream(device);
+    const stream = d.copyStream(device);
+    const current = d.currentStream(device);
+    const take = (): { device: number; event: bigint } =>
+      this.own.pop() ?? { device, event: d.eventCreate(device, CU_EVENT_DISABLE_TIMING) };
+    if (stream !== current) {
+      // NB: the copy stream also waits for work already queued on the current stream for `into`
+      // (its zero fill); a wait captures the event's state when queued, so the event goes back at once.
+      const ready = take();
+      d.eventRecord(device, ready.event, current);
+      d.streamWaitEvent(device, stream, ready.event);
+      this.own.push(ready);
+    }
     d.streamWaitEvent(device, stream, peerEvent);
     d.copyDtoDAsync(device, into, base + BigInt(desc.offset), desc.byteLength, stream);
-    const mine = this.own.pop() ?? { device, event: d.eventCreate(device, CU_EVENT_DISABLE_TIMING) };
+    const mine = take();
     d.eventRecord(device, mine.event, stream);
     try {
       await this.until(() => d.eventQuery(device, mine.event));

@@ -5,7 +5,8 @@
  *
  * NB: NCCL needs one GPU per rank. The machines lent to this project have one
  * GPU, so a two-rank communicator cannot be built there: this path has never
- * run on a device. The native binding of this interface is not written.
+ * run on a device. The native binding is ./native_driver.ts (libnccl.so.2
+ * through dynlib's dlopen table).
  */
 import { ChannelNotViableError } from "../../errors/index.js";
 

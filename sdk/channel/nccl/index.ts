@@ -14,15 +14,19 @@
  * interface of ./driver.ts, tested against a stand-in (test/channel/nccl.test.ts).
  *
  * NB: NCCL needs one GPU per rank. The machines lent to this project have one
- * GPU, so NCCL cannot run there, and no device run has checked this path. The
- * native binding of NcclDriver is not written, so by default the context is
- * never viable; whyNotViable() names the first missing piece.
+ * GPU, so NCCL cannot run there, and no device run has checked this path. By
+ * default the calls are the addon's (./native_driver.ts): the context is viable
+ * where the CUDA driver and libnccl.so.2 load and a device is seen; elsewhere
+ * whyNotViable() names the first missing piece. On one GPU shared by two
+ * processes ncclCommInitRank fails, and both ranks fall back to cuda_staging
+ * (ncclOrStaging in ./bootstrap.ts).
  */
 import { ChannelNotViableError } from "../../errors/index.js";
-import { type CudaDeviceInfo, type GpuLibrary, cudaDevices, gpuLibrary } from "../../native/gpu.js";
+import { type CudaDeviceInfo, type GpuLibrary, cudaDevices, gpuLibrary, nativeGpu } from "../../native/gpu.js";
 import { CHANNEL_PRIORITY, type ChannelContext, registerChannel } from "../index.js";
 import { setupNcclChannel } from "./bootstrap.js";
 import type { NcclDriver } from "./driver.js";
+import { nativeNcclDriver } from "./native_driver.js";
 
 export interface NcclDeps {
   driver: GpuLibrary;
@@ -34,12 +38,28 @@ export interface NcclDeps {
   calls?: NcclDriver;
 }
 
-const NO_DATA_PATH = "this tprpc build has no nccl data path yet (communicator per pipe, send/recv)";
+const NO_DATA_PATH = "this tprpc build has no nccl data path (the addon lacks the NCCL calls; rebuild it)";
 
-/** The nccl context; `deps` are injectable for tests. */
-export function createNcclContext(
-  deps: NcclDeps = { driver: gpuLibrary("cuda"), nccl: gpuLibrary("nccl"), devices: cudaDevices, dataPath: false },
-): ChannelContext {
+/** The addon's NCCL calls, when it loaded and has them (built on first use). */
+function nativeDeps(): NcclDeps {
+  let calls: NcclDriver | undefined;
+  return {
+    driver: gpuLibrary("cuda"),
+    nccl: gpuLibrary("nccl"),
+    devices: cudaDevices,
+    get dataPath() {
+      return typeof nativeGpu()?.ncclSend === "function";
+    },
+    get calls() {
+      const g = nativeGpu();
+      if (!calls && g && typeof g.ncclSend === "function") calls = nativeNcclDriver(g);
+      return calls;
+    },
+  };
+}
+
+/** The nccl context; `deps` are injectable for tests (default: the addon's calls). */
+export function createNcclContext(deps: NcclDeps = nativeDeps()): ChannelContext {
   const why = (): string | undefined => {
     if (!deps.driver.isViable()) return `nccl needs the CUDA driver: ${deps.driver.reason()}`;
     if (!deps.nccl.isViable()) return `nccl needs libnccl: ${deps.nccl.reason()}`;
