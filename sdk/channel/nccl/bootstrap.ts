@@ -134,10 +134,16 @@ function ncclChannel(
     pending++;
     return new Promise<void>((resolve, reject) => {
       fails.add(reject);
-      p.then(resolve, reject).finally(() => {
+      // NB: settled before the caller resumes, so a close() right after `await done` sees the channel
+      // idle and destroys the communicator rather than aborting it.
+      const settle = (): void => {
         pending--;
         fails.delete(reject);
-      });
+      };
+      p.then(
+        () => (settle(), resolve()),
+        (e: unknown) => (settle(), reject(e as Error)),
+      );
     });
   };
   const close = (error?: Error): void => {
