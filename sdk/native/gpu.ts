@@ -123,6 +123,8 @@ export interface NativeCudaIpc {
   eventQuery(device: number, event: bigint): boolean;
   /** Blocks the JS thread until the event completed. */
   eventSynchronize(device: number, event: bigint): void;
+  /** cuEventSynchronize on a libuv pool thread: resolves once the event completed. */
+  eventWait(device: number, event: bigint): Promise<void>;
   ipcGetEventHandle(device: number, event: bigint): Uint8Array;
   ipcOpenEventHandle(device: number, handle: Uint8Array): bigint;
   streamWaitEvent(device: number, stream: bigint, event: bigint): void;

@@ -39,8 +39,8 @@ describe.skipIf(skip !== null)("cuda_ipc over the addon, two processes, stand-in
         STANDIN_LOG_EVENTS: "1",
         STANDIN_IPC_DIR: ipc,
         STANDIN_NAME: "A",
-        // The receiver's events complete at their third query, so its copy is seen pending first.
-        CHILD_STANDIN_EVENT_QUERIES: "3",
+        // The receiver's wait for its copy takes 30 ms (off its JS thread), as a copy still running would.
+        CHILD_STANDIN_EVENT_SYNC_MS: "30",
       },
     }).result;
     log = fs.readFileSync(file, "utf8").trim().split("\n");
@@ -71,26 +71,25 @@ describe.skipIf(skip !== null)("cuda_ipc over the addon, two processes, stand-in
     expect(parts).toHaveLength(5);
     const sizes = [600_000, 700_000, 3_000_000, 600_000];
     for (const [k, part] of parts.slice(0, 4).entries()) {
-      const calls = part.filter((l) => /^(A eventrecord|B (streamwait|dtod|eventrecord|eventquery))/.test(l));
+      const calls = part.filter((l) => /^(A eventrecord|B (streamwait|dtod|eventrecord|eventwait|eventdone))/.test(l));
       const sent = calls.find((l) => l.startsWith("A eventrecord"))!.split(" ")[2];
       const copy = calls.indexOf(`B dtod ${sizes[k]}`);
       expect(copy, part.join("\n")).toBeGreaterThan(0);
       // The copy stream waited on the sender's event before the copy.
       expect(calls.indexOf(`B streamwait ${sent}`)).toBeGreaterThan(-1);
       expect(calls.indexOf(`B streamwait ${sent}`)).toBeLessThan(copy);
-      // The receiver's own event, recorded after the copy, was pending, then ready, and only then
-      // did the sender's done (block reusable) come: the last line of the part is that "ready".
+      // The receiver waited (off its JS thread) on its own event, recorded after the copy, and only
+      // once that wait ended did the sender's done (block reusable) come: the part ends with it.
       const mine = calls
         .slice(copy)
         .find((l) => l.startsWith("B eventrecord"))!
         .split(" ")[2];
-      const queries = calls.filter((l) => l.startsWith(`B eventquery ${mine}`));
-      expect(queries).toEqual([
-        `B eventquery ${mine} notready`,
-        `B eventquery ${mine} notready`,
-        `B eventquery ${mine} ready`,
+      expect(calls.slice(calls.indexOf(`B eventrecord ${mine}`, copy))).toEqual([
+        `B eventrecord ${mine}`,
+        `B eventwait ${mine}`,
+        `B eventdone ${mine}`,
       ]);
-      expect(part.filter((l) => l.startsWith("B eventquery")).at(-1)).toBe(`B eventquery ${mine} ready`);
+      expect(part.filter((l) => !l.startsWith("B eventsync")).at(-1)).toBe(`B eventdone ${mine}`);
     }
   });
 

@@ -14,14 +14,15 @@
  *   IPC calls too ("ipcgetmem 2097152", "ipcopen 2097152", "ipcclose 2097152", "ipcgetevent
  *   <event id>", "ipcopenevent <event id>"). With STANDIN_LOG_EVENTS=1 also event and stream-wait
  *   calls ("eventcreate <flags>", "eventrecord <id>", "streamwait <id>", "eventquery <id> ready" or
- *   "... notready", "eventdestroy <id>"). With STANDIN_NAME set each line starts with it, so two
+ *   "... notready", "eventwait <id>" and "eventdone <id>" around a cuEventSynchronize, "eventdestroy <id>"). With STANDIN_NAME set each line starts with it, so two
  *   processes can share one log (lines appended whole, in call order);
  * - IPC between real processes: with STANDIN_IPC_DIR set, device memory is a shared file mapped
  *   there ("mem-<pid>-<n>") and an INTERPROCESS event lives in one ("ev-<pid>-<n>"); a handle
  *   names the file, and opening it maps the same bytes (or event) in the other process. Opening a
  *   handle that this process already opened fails with CUDA_ERROR_ALREADY_MAPPED (208), as CUDA's;
  *   cuIpcGetEventHandle on an event without CU_EVENT_INTERPROCESS fails (1);
- * - STANDIN_EVENT_QUERIES=k: a recorded event completes at its k-th query (else as above).
+ * - STANDIN_EVENT_QUERIES=k: a recorded event completes at its k-th query (else as above);
+ *   STANDIN_EVENT_SYNC_MS=ms: cuEventSynchronize takes that long (a copy still running).
  * Event ids in the log are (pid % 100000) * 1000 + n, the same in both processes for a shared event.
  * Every other symbol of dynlib's table returns 0.
  */
@@ -205,7 +206,14 @@ int cuEventQuery(void* e) {
   note_ev("eventquery", v->id, ready ? " ready" : " notready");
   return ready ? 0 : 600;
 }
-int cuEventSynchronize(void* e) { ((Ev*)e)->done = 1; note("eventsync", 0); return 0; }
+int cuEventSynchronize(void* e) {
+  Ev* v = e;
+  const char* ms = getenv("STANDIN_EVENT_SYNC_MS");
+  note_ev("eventwait", v->id, "");
+  if (ms) usleep(atoi(ms) * 1000);
+  v->done = 1; note("eventsync", 0); note_ev("eventdone", v->id, "");
+  return 0;
+}
 int cuEventDestroy_v2(void* e) { note_ev("eventdestroy", ((Ev*)e)->id, ""); return 0; }
 int cuIpcGetEventHandle(H* h, void* e) {
   Ev* v = e;

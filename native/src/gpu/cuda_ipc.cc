@@ -11,8 +11,8 @@
 // NB: no GPU has run these; tests use the stand-in libcuda of test/native/cuda_standin.ts, whose
 // IPC handles name shared files, so two real processes can exchange them.
 //
-// Thread: JS thread (every function here). None blocks for long except eventSynchronize, which the
-// channel does not use (it polls eventQuery).
+// Thread: JS thread (every function here), except eventWait's cuEventSynchronize, which runs on a
+// libuv pool thread. None blocks for long except eventSynchronize (the channel uses eventWait).
 #include <cstring>
 #include <string>
 
@@ -170,6 +170,49 @@ Napi::Value StreamWaitEvent(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// cuEventSynchronize on a pool thread: resolves once the event completed, rejects with ECUDA.
+class EventWaitWorker : public Napi::AsyncWorker {
+ public:
+  EventWaitWorker(Napi::Env env, const CudaDriver& d, CUcontext ctx, CUevent ev)
+      : Napi::AsyncWorker(env, "tprpc.cuda.eventWait"), deferred_(Napi::Promise::Deferred::New(env)), d_(d), ctx_(ctx), ev_(ev) {}
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  // Pool thread: the context is per thread, so made current here too.
+  void Execute() override {
+    rc_ = d_.cuCtxSetCurrent(ctx_);
+    call_ = "cuCtxSetCurrent";
+    if (rc_ == CUDA_SUCCESS) {
+      rc_ = d_.cuEventSynchronize(ev_);
+      call_ = "cuEventSynchronize";
+    }
+  }
+  // JS thread.
+  void OnOK() override {
+    if (rc_ == CUDA_SUCCESS) deferred_.Resolve(Env().Undefined());
+    else deferred_.Reject(NativeResultError(Env(), "ECUDA", rc_, std::string(call_) + " failed: " + CuErrorText(d_, rc_)).Value());
+  }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  const CudaDriver& d_;
+  CUcontext ctx_;
+  CUevent ev_;
+  CUresult rc_ = CUDA_SUCCESS;
+  const char* call_ = "";
+};
+
+// eventWait(device, event) -> Promise<void>: the wait runs off the JS thread (a libuv pool thread),
+// so a completion is seen as soon as it happens, without polling.
+Napi::Value EventWait(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CUcontext ctx = nullptr;
+  const CudaDriver& d = MakeCurrent(env, Dev(info[0]), &ctx);
+  auto* w = new EventWaitWorker(env, d, ctx, Handle<CUevent_st>(info[1]));
+  Napi::Promise p = w->Promise();
+  w->Queue();
+  return p;
+}
+
 }  // namespace
 
 void AddCudaIpc(Napi::Env env, Napi::Object ns) {
@@ -180,6 +223,7 @@ void AddCudaIpc(Napi::Env env, Napi::Object ns) {
       {"eventRecord", EventRecord},             {"eventQuery", EventQuery},
       {"eventSynchronize", EventSynchronize},   {"ipcGetEventHandle", IpcGetEventHandle},
       {"ipcOpenEventHandle", IpcOpenEventHandle}, {"streamWaitEvent", StreamWaitEvent},
+      {"eventWait", EventWait},
   };
   for (auto& [name, fn] : fns) ns.Set(name, Napi::Function::New(env, fn, name));
 }

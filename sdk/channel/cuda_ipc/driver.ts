@@ -36,6 +36,11 @@ export interface CudaIpcDriver {
   eventRecord(device: number, event: bigint, stream: bigint): void;
   /** cuEventQuery: true once complete, false while CUDA_ERROR_NOT_READY. */
   eventQuery(device: number, event: bigint): boolean;
+  /**
+   * cuEventSynchronize off the JS thread: resolves once the event completed. Optional: without it
+   * the receiver polls eventQuery every pollMs (a millisecond timer, too coarse for 400 MB copies).
+   */
+  eventWait?(device: number, event: bigint): Promise<void>;
   /** cuEventDestroy_v2. */
   eventDestroy(device: number, event: bigint): void;
   /** cuStreamWaitEvent. */

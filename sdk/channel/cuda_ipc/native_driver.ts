@@ -2,6 +2,8 @@
  * cuda_ipc's CudaIpcDriver over the addon (native/src/gpu/cuda_ipc.cc, each
  * method one CUDA driver call reached through dynlib's dlopen table). What it
  * adds to the bare calls:
+ * - completion waits off the JS thread (eventWait: cuEventSynchronize on a
+ *   libuv pool thread), so an ack leaves as soon as the copy is done;
  * - one dedicated copy stream per device (created on first use), so the
  *   receiver's device-to-device copies never queue behind compute;
  * - a process-wide, reference-counted table of opened IPC memory handles:
@@ -84,6 +86,13 @@ export function nativeIpcDriver(gpu: Gpu, opts: NativeIpcOptions = {}): CudaIpcD
     ipcOpenEventHandle: (device, handle) => call("cuIpcOpenEventHandle", () => gpu.ipcOpenEventHandle(device, handle)),
     eventRecord: (device, event, stream) => call("cuEventRecord", () => gpu.eventRecord(device, event, stream)),
     eventQuery: (device, event) => call("cuEventQuery", () => gpu.eventQuery(device, event)),
+    async eventWait(device, event) {
+      try {
+        await call("cuEventSynchronize", () => gpu.eventWait(device, event));
+      } catch (e) {
+        throw typed("cuEventSynchronize", e);
+      }
+    },
     eventDestroy: (device, event) => call("cuEventDestroy", () => gpu.eventDestroy(device, event)),
     streamWaitEvent: (device, stream, event) =>
       call("cuStreamWaitEvent", () => gpu.streamWaitEvent(device, stream, event)),

@@ -16,7 +16,8 @@
  *    slot, cached. Its copy stream waits on its current stream (when they
  *    differ) and on the sender's event (cuStreamWaitEvent), copies device to
  *    device into its own allocation, records its own event.
- * 3. Receiver: when that event completes, `recv` resolves and an ack {seq}
+ * 3. Receiver: when that event completes (cuEventSynchronize off the JS
+ *    thread where the driver has eventWait, else eventQuery polled), `recv` resolves and an ack {seq}
  *    goes back. Sender: the ack resolves `done` and returns the event to the
  *    pool. Until then the pipe holds the storage, so the caching allocator
  *    cannot hand the block to anyone else (the recordStream-like hold).
@@ -196,7 +197,8 @@ export class IpcReceiver {
     const mine = take();
     d.eventRecord(device, mine.event, stream);
     try {
-      await this.until(() => d.eventQuery(device, mine.event));
+      if (d.eventWait) await this.guard(d.eventWait(device, mine.event));
+      else await this.until(() => d.eventQuery(device, mine.event));
     } finally {
       if (!this.closedWith) this.own.push(mine);
       else d.eventDestroy(mine.device, mine.event);
@@ -238,6 +240,18 @@ export class IpcReceiver {
     const event = this.driver.ipcOpenEventHandle(device, handle);
     this.events.set(slot, { device, handle: k, event });
     return event;
+  }
+
+  /** `p`, or close()'s error first. */
+  private guard(p: Promise<void>): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const fail = (e: Error): void => reject(e);
+      this.waiting.add(fail);
+      p.then(
+        () => (this.waiting.delete(fail), resolve()),
+        (e: unknown) => (this.waiting.delete(fail), reject(e as Error)),
+      );
+    });
   }
 
   private until(ready: () => boolean): Promise<void> {
