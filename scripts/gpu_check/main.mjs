@@ -1,7 +1,8 @@
 // The device half of `npm run gpu:check`, started by scripts/gpu_check/run.sh:
 //   node main.mjs <unpacked tprpc root> <torch_ref.json> <report dir> [sections, e.g. device,suites]
 // 1. loads tprpc from the unpacked pack (dist/sdk, the addon, pruned node_modules);
-// 2. runs the sections: device, suites (suites.mjs), parity, bench and gpt (ops.mjs), each
+// 2. runs the sections: device, suites (suites.mjs), parity, bench and gpt (ops.mjs), channels
+//    (channels.mjs: cuda_ipc between two processes, the CUDA-RPC recipe), each
 //    "ok", "failed" or "not available (why)", comparing against PyTorch's numbers from the same
 //    run (torch_ref.py wrote them);
 // 3. writes report.json and report.md into the report dir; exits 1 when a section failed, 3 when
@@ -13,6 +14,7 @@ import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { runBench, runGptStep, runParity, isMissingKernel } from "./ops.mjs";
 import { runSuites } from "./suites.mjs";
+import { runChannels } from "./channels.mjs";
 
 const [root, refFile, outDir, only] = process.argv.slice(2);
 const wanted = only ? new Set(only.split(",")) : null;
@@ -72,6 +74,7 @@ await section("bench", () => runBench(tprpc, nativeGpu(), ref.bench?.error ? nul
   needsTorch: "bench",
 });
 await section("gpt", () => runGptStep(tprpc, ref.gpt?.error ? null : ref.gpt), { needsTorch: "gpt" });
+await section("channels", () => runChannels(tprpc, nativeGpu(), root, ref), { needsTorch: "cuda_rpc" });
 
 const report = { date: new Date().toISOString(), node: process.version, available, sections };
 fs.mkdirSync(outDir, { recursive: true });

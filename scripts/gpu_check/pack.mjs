@@ -6,7 +6,7 @@
  * 1. Builds the TypeScript (npm run build) unless --no-build; the addon must be built already
  *    (npm run build:native) and is taken from native/build/Release with whatever else lies there
  *    (kernel fatbins included), stripped.
- * 2. .gpu-pack/tprpc.tar.gz: package.json, dist/sdk (no maps, no .d.ts), native/build/Release,
+ * 2. .gpu-pack/tprpc.tar.gz: package.json, bin, dist/sdk (no maps, no .d.ts), native/build/Release,
  *    and node_modules pruned to the runtime closure of package.json's dependencies (no tslab, no
  *    node-addon-api: build-time only; no dev tools).
  * 3. .gpu-pack/node.gz: this node binary (process.execPath), stripped and gzipped, for a device
@@ -76,6 +76,8 @@ function stage(dir) {
     path.join(dir, "dist/sdk"),
     (s, e) => e.isDirectory() || (s.endsWith(".js") && !s.endsWith(".d.js")),
   );
+  // NB: bin/tprpc.mjs is what rpc.startLocalWorkers starts (the channels section's recipe).
+  copyTree(path.join(root, "bin"), path.join(dir, "bin"));
   const release = path.join(root, "native/build/Release");
   if (!fs.existsSync(path.join(release, "tprpc.node")))
     throw new Error("native/build/Release/tprpc.node is missing: run npm run build:native first");

@@ -5,7 +5,8 @@
 # 1. unpacks .gpu-pack/tprpc.tar.gz (dist/sdk, the addon, pruned node_modules) outside the tree;
 # 2. uses the machine's node when it is >= 20.19, else the packed one (.gpu-pack/node.gz);
 # 3. records the device (nvidia-smi), runs PyTorch's reference (torch_ref.py: parity values,
-#    benchmark, GPT step), then tprpc's sections (main.mjs), each bounded by a timeout;
+#    benchmark, GPT step; torch_rpc_ref.py: the CUDA-RPC recipe), then tprpc's sections (main.mjs),
+#    each bounded by a timeout;
 # 4. leaves report.md, report.json, torch_ref.json and run.log in $OUT (./.gpu-out without $OUT).
 # Exit status: main.mjs's (1 when a section failed, 3 when tprpc sees no CUDA device), 2 when the
 # pack is missing. A dry run on a machine without a GPU (exit 3, every section "not available"):
@@ -40,14 +41,24 @@ else
   log "nvidia-smi: not found (no CUDA device here)"
 fi
 
+# TPRPC_GPU_CHECK_SECTIONS (e.g. "device,channels"): run only those sections, and only the PyTorch
+# reference they compare against. A full run may not fit one 10-minute device call: split it.
+SECTIONS="${TPRPC_GPU_CHECK_SECTIONS:-}"
+want() { [ -z "$SECTIONS" ] || [[ ",$SECTIONS," == *",$1,"* ]]; }
 if command -v python3 >/dev/null 2>&1; then
-  timeout 200 python3 scripts/gpu_check/torch_ref.py "$OUT/torch_ref.json" >>"$OUT/run.log" 2>&1
-  log "PyTorch reference: exit $?"
+  if want parity || want bench || want gpt; then
+    timeout 200 python3 scripts/gpu_check/torch_ref.py "$OUT/torch_ref.json" >>"$OUT/run.log" 2>&1
+    log "PyTorch reference: exit $?"
+  fi
+  if want channels; then
+    timeout 120 python3 scripts/gpu_check/torch_rpc_ref.py "$OUT/torch_ref.json" >>"$OUT/run.log" 2>&1
+    log "PyTorch's CUDA-RPC recipe: exit $?"
+  fi
 else
   log "python3: not found; sections run without PyTorch's numbers"
 fi
 
-timeout 330 "$NODE" --expose-gc scripts/gpu_check/main.mjs "$WORK" "$OUT/torch_ref.json" "$OUT" 2>&1 | tee -a "$OUT/run.log"
+timeout 330 "$NODE" --expose-gc scripts/gpu_check/main.mjs "$WORK" "$OUT/torch_ref.json" "$OUT" $SECTIONS 2>&1 | tee -a "$OUT/run.log"
 rc=${PIPESTATUS[0]}
 log "tprpc sections: exit $rc (report in $OUT/report.md)"
 exit "$rc"

@@ -3,7 +3,7 @@
  * against the compiled SDK (dist/) and the stand-in driver of ./cuda_standin.ts: the device
  * suites (caching allocator, pinned memory, copies, streams, tensors) must pass on it, so a
  * mistake in them shows before a GPU is lent; without a driver every section is "not available"
- * with the reason and the exit status is 3. The pack itself (node binary, pruned install, the
+ * with the reason and the exit status is 3 (the channels section too: cuda_ipc and the CUDA-RPC recipe). The pack itself (node binary, pruned install, the
  * 64 MiB check) is what `npm run gpu:check` checks when it runs.
  */
 import { spawnSync } from "node:child_process";
@@ -28,10 +28,14 @@ interface Section {
   result?: { name: string; status: string; detail: string }[];
 }
 
-function main(out: string, env: NodeJS.ProcessEnv): { status: number | null; sections: Section[] } {
+function main(
+  out: string,
+  env: NodeJS.ProcessEnv,
+  sections = "device,suites",
+): { status: number | null; sections: Section[] } {
   const r = spawnSync(
     process.execPath,
-    ["--expose-gc", "scripts/gpu_check/main.mjs", root, path.join(tmp, "none.json"), out, "device,suites"],
+    ["--expose-gc", "scripts/gpu_check/main.mjs", root, path.join(tmp, "none.json"), out, sections],
     { cwd: root, encoding: "utf8", env: { ...process.env, ...env }, timeout: 120_000 },
   );
   const report = JSON.parse(fs.readFileSync(path.join(out, "report.json"), "utf8")) as { sections: Section[] };
@@ -61,8 +65,13 @@ describe.skipIf(skip !== null)("gpu:check's device half", () => {
   it.skipIf(skip === null && gpuStatus().cuda.viable)(
     "reports every section not available, with the reason, where there is no CUDA driver",
     () => {
-      const { status, sections } = main(path.join(tmp, "none"), { LD_LIBRARY_PATH: path.join(tmp, "empty") });
+      const { status, sections } = main(
+        path.join(tmp, "none"),
+        { LD_LIBRARY_PATH: path.join(tmp, "empty") },
+        "device,suites,channels",
+      );
       expect(status).toBe(3);
+      expect(sections.map((s) => s.name)).toEqual(["device", "suites", "channels"]);
       for (const s of sections) {
         expect(s.status).toBe("not available");
         expect(s.detail).toMatch(/^no CUDA device: .*libcuda\.so\.1/);
