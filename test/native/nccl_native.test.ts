@@ -61,7 +61,13 @@ describe.skipIf(skip !== null)("nccl over the addon, two processes, stand-in lib
     expect(nccl.filter((l) => l.includes("ncclinit")).sort()).toEqual(["A ncclinit 0/2", "B ncclinit 1/2"]);
     // A (rank 0) sends to 1, B receives from 0; then B sends 3 MB back to 0. Each side closes idle: destroy.
     const order = (who: string): string[] => nccl.filter((l) => l.startsWith(who) && !l.includes("ncclinit"));
-    expect(order("A")).toEqual(["A ncclsend 1000 1", "A ncclrecv 3000000 1", "A nccldestroy"]);
+    expect(order("A")).toEqual([
+      "A ncclgroupstart",
+      "A ncclgroupend",
+      "A ncclsend 1000 1",
+      "A ncclrecv 3000000 1",
+      "A nccldestroy",
+    ]);
     expect(order("B")).toEqual(["B ncclrecv 1000 0", "B ncclsend 3000000 0", "B nccldestroy"]);
   });
 
