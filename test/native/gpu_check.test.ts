@@ -61,6 +61,25 @@ describe.skipIf(skip !== null)("gpu:check's device half", () => {
     );
   });
 
+  it("runs the channels section's cuda_ipc rows between two processes against the stand-in", () => {
+    const dir = buildStandInDriver(path.join(tmp, "driver-ipc"), native!.libraryTable().cuda.symbols);
+    const ipc = path.join(tmp, "ipc");
+    fs.mkdirSync(ipc);
+    const { sections } = main(
+      path.join(tmp, "channels"),
+      { LD_LIBRARY_PATH: dir, STANDIN_EVENTS_DONE: "1", STANDIN_IPC_DIR: ipc, TPRPC_GPU_CHECK_IPC_MB: "1,2" },
+      "channels",
+    );
+    const rows = sections[0]!.result!;
+    expect(rows.slice(0, 2).map((r) => [r.name, r.status, r.detail.split(";")[0]])).toEqual([
+      ["cuda_ipc 1 MB", "ok", "intact"],
+      ["cuda_ipc 2 MB", "ok", "intact"],
+    ]);
+    // The stand-in runs no kernels, so the recipe's shards cannot: reported, the run goes on.
+    expect(rows[2]!.name).toMatch(/^CUDA-RPC recipe/);
+    expect(rows[2]!.detail).toMatch(/cuModuleLoadData/);
+  });
+
   // NB: where a real driver is installed an empty LD_LIBRARY_PATH does not hide it: skipped there.
   it.skipIf(skip === null && gpuStatus().cuda.viable)(
     "reports every section not available, with the reason, where there is no CUDA driver",
