@@ -1,8 +1,8 @@
 // The channels section of `npm run gpu:check` (scripts/gpu_check/main.mjs), on the device machine:
 // 1. cuda_ipc between two processes sharing GPU 0 (this one and ./ipc_peer.mjs), at 4, 40 and
-//    400 MB: the bytes arrive intact; bandwidth with 4 transfers in flight (best of 5 rounds)
+//    400 MB: the bytes arrive intact; bandwidth with 8 transfers in flight (best of 5 rounds)
 //    against the device-to-device copy bandwidth of cuMemcpyDtoDAsync in this process, measured the
-//    same way (4 copies on one stream, then a synchronize); the median echo round trip. Goal: at
+//    same way (8 copies on one stream, then a synchronize); the median echo round trip. Goal: at
 //    400 MB, at least 80 % of the copy bandwidth.
 // 2. PyTorch's CUDA-RPC recipe in tprpc: two Linear(1000, 1000) shards (the local one here, the
 //    remote one on worker1 behind rpc.remote), 10 forward + backward passes under distributed
@@ -22,7 +22,7 @@ import { dec, enc } from "./ipc_codec.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const MB = 1e6;
-const IN_FLIGHT = 4;
+const IN_FLIGHT = 8;
 const ROUNDS = 5;
 const na = (name, detail) => ({ name, status: "not available", detail });
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
