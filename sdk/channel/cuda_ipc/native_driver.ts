@@ -3,7 +3,10 @@
  * method one CUDA driver call reached through dynlib's dlopen table). What it
  * adds to the bare calls:
  * - completion waits off the JS thread (eventWait: cuEventSynchronize on a
- *   libuv pool thread), so an ack leaves as soon as the copy is done;
+ *   libuv pool thread), so an ack leaves as soon as the copy is done. NB: a
+ *   pending wait holds a pool thread (4 unless UV_THREADPOOL_SIZE); the copies
+ *   complete in stream order, so waits queued behind the first four only start
+ *   later, and other pool work (fs, dns) waits behind them meanwhile;
  * - one dedicated copy stream per device (created on first use), so the
  *   receiver's device-to-device copies never queue behind compute;
  * - a process-wide, reference-counted table of opened IPC memory handles:
