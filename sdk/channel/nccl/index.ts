@@ -18,8 +18,9 @@
  * default the calls are the addon's (./native_driver.ts): the context is viable
  * where the CUDA driver and libnccl.so.2 load and a device is seen; elsewhere
  * whyNotViable() names the first missing piece. On one GPU shared by two
- * processes ncclCommInitRank fails, and both ranks fall back to cuda_staging
- * (ncclOrStaging in ./bootstrap.ts).
+ * processes ncclCommInitRank fails on both ranks with NcclError
+ * (ncclOrStaging in ./bootstrap.ts is how a pipe falls back to cuda_staging;
+ * no pipe calls it yet).
  */
 import { ChannelNotViableError } from "../../errors/index.js";
 import { type CudaDeviceInfo, type GpuLibrary, cudaDevices, gpuLibrary, nativeGpu } from "../../native/gpu.js";
