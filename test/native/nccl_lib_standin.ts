@@ -103,12 +103,14 @@ int ncclAllReduce(void) { return 5; }
 int ncclBroadcast(void) { return 5; }
 `;
 
-/** Compiles the stand-in into `dir` as libnccl.so.2; returns dir. */
-export function buildStandInNccl(dir: string): string {
+/** Compiles the stand-in into `dir` as libnccl.so.2; returns dir. `hide` leaves those symbols out (an older NCCL). */
+export function buildStandInNccl(dir: string, hide: string[] = []): string {
   fs.mkdirSync(dir, { recursive: true });
   const src = path.join(dir, "nccl.c");
   fs.writeFileSync(src, NCCL);
-  const r = spawnSync("cc", ["-shared", "-fPIC", "-o", path.join(dir, "libnccl.so.2"), src], { encoding: "utf8" });
+  const renames = hide.map((s) => `-D${s}=hidden_${s}`);
+  const out = path.join(dir, "libnccl.so.2");
+  const r = spawnSync("cc", ["-shared", "-fPIC", ...renames, "-o", out, src], { encoding: "utf8" });
   if (r.status !== 0) throw new Error(`cc failed: ${r.stderr}`);
   return dir;
 }

@@ -84,6 +84,15 @@ describe.skipIf(skip !== null)("nccl over the addon, two processes, stand-in lib
     expect(log.filter((l) => l.includes("ncclsend") || l.includes("ncclrecv"))).toEqual([]);
   });
 
+  it("an NCCL that lacks ncclSend is not viable, with the reason, and nothing crashes", () => {
+    const old = buildStandInNccl(path.join(tmp, "nccl-old"), ["ncclSend"]);
+    const p = runFixture<{ ncclChannel: { viable: boolean; why: string } }>("gpu-channel-pair.mjs", ["probe"], {
+      env: { LD_LIBRARY_PATH: `${libs.split(":")[0]!}:${old}` },
+    }).result;
+    expect(p.ncclChannel.viable).toBe(false);
+    expect(p.ncclChannel.why).toMatch(/^nccl needs libnccl: .*lacks 1 required symbol\(s\): ncclSend/);
+  });
+
   it.skipIf(systemNccl)("without libnccl the context is not viable and says why", () => {
     const cuda = libs.split(":")[0]!;
     const p = runFixture<{ nccl: { viable: boolean }; ncclChannel: { viable: boolean; why: string } }>(
