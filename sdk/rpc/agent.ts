@@ -60,11 +60,22 @@ export interface CallOptions {
 export type WorkerRef = string | number | WorkerInfo;
 
 /** The registered target behind RRef proxies: runs `method(...args)` on the owner's value. */
-async function rrefMethodCall(rref: RRef<Record<string, unknown>>, method: string, args: unknown[]): Promise<unknown> {
-  const obj = await rref.toHere();
-  const fn = obj[method];
-  if (typeof fn !== "function") throw new TypeError(`the RRef's value has no method "${method}"`);
-  return (fn as (...a: unknown[]) => unknown).apply(obj, args);
+function rrefMethodCall(rref: RRef<Record<string, unknown>>, method: string, args: unknown[]): unknown {
+  const run = (obj: Record<string, unknown>): unknown => {
+    const fn = obj[method];
+    if (typeof fn !== "function") throw new TypeError(`the RRef's value has no method "${method}"`);
+    return (fn as (...a: unknown[]) => unknown).apply(obj, args);
+  };
+  // NB: a value made here runs now, not after an await: the serve queue (./serve_queue.ts) then
+  // sees the method's computation inside the turn that started the call
+  let obj: Record<string, unknown> | undefined;
+  if (rref.isOwner())
+    try {
+      obj = rref.localValue();
+    } catch {
+      obj = undefined;
+    }
+  return obj === undefined || obj === null ? rref.toHere().then(run) : run(obj);
 }
 
 export class Agent implements RRefHost {

@@ -6,8 +6,8 @@
  * they were decoded, the requests of one read computed back to back in one turn. A pipeline stage
  * that got four forwards at once answered none of them before all four were done, and its peer's
  * fetch of the first result waited just as long. The queue, step by step:
- * 1. `push` queues a call (REQUEST, REMOTE_CALL). The callee starts its target synchronously up to
- *    its first await, which is where a model's forward or backward computes.
+ * 1. `push` queues a call (REQUEST, REMOTE_CALL). A turn starts each call's target synchronously,
+ *    up to its first await, which is where a model's forward or backward computes.
  * 2. While this turn of the event loop has run for less than `budgetMs`, the next call starts at
  *    once. So 64 small calls from one read still start in one turn and their replies leave in one
  *    write.
@@ -16,9 +16,11 @@
  *    made, and on the next turn the poll phase reads what came in meanwhile (an RRef fetch is
  *    answered; it does not queue, see serving.ts). Then the queue goes on with step 2.
  *
- * A turn starts with the first call started in it and ends at the next check phase of the loop
- * (setImmediate). A call that awaits (a remote fetch, an RRef argument) gives the thread back
- * there itself, and its remaining work runs outside the queue when that await settles.
+ * A turn runs in the loop's check phase (setImmediate), after the poll phase has read every
+ * socket that was ready, so a fetch that came in the same poll as a request is answered before
+ * that request computes. A call whose RRef arguments it must wait for is queued once they
+ * settle (serving.ts), so its target, too, starts inside a turn. A target that awaits (a remote
+ * fetch) gives the thread back there itself; what it does after that await runs outside the queue.
  */
 
 /** Calls started back to back in one turn, at most this many ms of it (env TPRPC_SERVE_TURN_MS). */
@@ -26,12 +28,8 @@ export const SERVE_TURN_MS = Number(process.env.TPRPC_SERVE_TURN_MS ?? 1);
 
 export class ServeQueue {
   private readonly jobs: (() => void)[] = [];
-  /** performance.now() when this turn started its first call; 0 between turns. */
-  private turnStart = 0;
-  /** The budget ran out: the rest waits for the next turn (step 3). */
-  private waiting = false;
-  /** `run` is on the stack (a job that queues another does not start it re-entrantly). */
-  private running = false;
+  /** A turn is scheduled (setImmediate). */
+  private scheduled = false;
 
   constructor(private readonly budgetMs: number = SERVE_TURN_MS) {}
 
@@ -40,41 +38,27 @@ export class ServeQueue {
     return this.jobs.length;
   }
 
-  /** Queues `start` (it must not throw); it runs now when this turn's budget allows. */
+  /** Queues `start` (it must not throw); it runs in the next turn with budget left. */
   push(start: () => void): void {
     this.jobs.push(start);
-    this.run();
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(this.turn);
   }
 
-  private run(): void {
-    if (this.waiting || this.running) return;
-    this.running = true;
-    try {
-      while (this.jobs.length > 0) {
-        const t = performance.now();
-        if (this.turnStart === 0) {
-          this.turnStart = t;
-          setImmediate(this.endTurn);
-        } else if (t - this.turnStart >= this.budgetMs) {
-          this.waiting = true;
-          return;
-        }
-        this.jobs.shift()!();
+  /** Step 2 and 3: starts calls while the budget lasts; the rest wait for the next turn. */
+  private readonly turn = (): void => {
+    this.scheduled = false;
+    const t0 = performance.now();
+    while (this.jobs.length > 0) {
+      if (performance.now() - t0 >= this.budgetMs) {
+        // NB: scheduled from the check phase, so the loop's poll phase runs first: what arrived during
+        // the computation is read, and a fetch answered, before the next call starts
+        this.scheduled = true;
+        setImmediate(this.turn);
+        return;
       }
-    } finally {
-      this.running = false;
+      this.jobs.shift()!();
     }
-  }
-
-  /** The check phase after a turn: a new turn may start; calls that waited start after one more poll phase. */
-  private readonly endTurn = (): void => {
-    this.turnStart = 0;
-    if (!this.waiting) return;
-    // NB: this check phase may follow the poll phase that started the turn without reading the sockets
-    // again, so one more loop iteration: what arrived during the computation is read before the next one
-    setImmediate(() => {
-      this.waiting = false;
-      this.run();
-    });
   };
 }

@@ -12,8 +12,8 @@
  *    or shipped source, compiled once per peer and hash), run the message
  *    hooks' `incoming` on the arguments, and call it inside the hooks'
  *    `around` with this agent current (./process.ts); classes are
- *    constructed, promises awaited. Without RRefs to wait for, the target
- *    starts synchronously when the queue starts the call.
+ *    constructed, promises awaited. The target starts synchronously when the
+ *    queue starts the call (a call with RRefs to wait for queues once they settled).
  * 3. Reply RESPONSE {value} or ERROR {error} on the same pipe. REMOTE_CALL
  *    keeps the value (or its error, for toHere) in the RRefContext and
  *    replies once it is made; RREF_FETCH replies with an owned value.
@@ -66,12 +66,14 @@ export class CallServer {
   /** Calls being served (their replies not yet sent). */
   private readonly running = new Set<Promise<unknown>>();
   private readonly queue = new ServeQueue();
+  /** Calls waiting for their RRef arguments before they queue. */
+  private waitingForRRefs = 0;
 
   constructor(private readonly agent: Agent) {}
 
   /** How many calls are being served now (queued ones included). */
   get active(): number {
-    return this.running.size + this.queue.size;
+    return this.running.size + this.queue.size + this.waitingForRRefs;
   }
 
   /** Serves one message that arrived on `from` (see the file's top). */
@@ -110,25 +112,27 @@ export class CallServer {
         return;
     }
     const start = (): void => {
-      const work = runServing(this.agent, () => this.reply(m, body, from, waits));
+      const work = runServing(this.agent, () => this.reply(m, body, from));
       this.running.add(work);
       // NB: reply() never rejects: a failure is answered with ERROR (and a failed ERROR send is dropped)
       void work.finally(() => this.running.delete(work));
     };
     if (m.type === MessageType.RREF_FETCH) start();
-    else this.queue.push(start);
+    else if (!waits) this.queue.push(start);
+    else {
+      // NB: queued once its RRef arguments settled, so that its target starts inside a turn too
+      this.waitingForRRefs++;
+      void Promise.allSettled(waits).then(() => {
+        this.waitingForRRefs--;
+        this.queue.push(start);
+      });
+    }
   }
 
-  private async reply(
-    m: DecodedMessage,
-    body: RequestPayload,
-    to: RpcPipe,
-    waits: Promise<unknown>[] | null,
-  ): Promise<void> {
+  private async reply(m: DecodedMessage, body: RequestPayload, to: RpcPipe): Promise<void> {
     const t0 = body.prof === 1 ? nowMs() : 0;
     try {
       let value: unknown = null;
-      if (waits && m.type !== MessageType.RREF_FETCH) await Promise.allSettled(waits);
       if (m.type === MessageType.REQUEST) value = await this.runTarget(body);
       else if (m.type === MessageType.RREF_FETCH) value = await this.agent.rrefs.valueOf(body.rrefId!);
       else {

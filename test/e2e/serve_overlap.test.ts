@@ -5,7 +5,10 @@
  * 1. Two requests that reach a busy worker together (one read) are started in turn, and the first
  *    one's reply leaves before the second one's computation ends (sdk/rpc/serve_queue.ts). Before,
  *    both computed back to back and both replies left after the second.
- * 2. A call a target makes in the middle of its computation leaves at once, not when the target
+ * 2. RRef proxy calls made all at once (bench/e2e.ts's pipelined GPT): worker1 answers worker2's
+ *    fetch of micro-batch 0 between two of its stage-1 computations, so the stages overlap. Before,
+ *    worker1 computed every micro-batch first.
+ * 3. A call a target makes in the middle of its computation leaves at once, not when the target
  *    returns (sdk/rpc/agent.ts sendOn, the tcp transport's first write of a tick).
  * Both run over the tcp channel (TS backend) and over shm (native addon).
  */
@@ -48,6 +51,27 @@ const callThenCompute = (ms: number): number => {
 
 const nowMs = () => performance.timeOrigin + performance.now();
 
+/** Pipeline stage 1 (an RRef's value on worker1): computes for `ms`, logs its span. */
+class Stage1 {
+  forward(x: number, ms: number): number {
+    const now = () => performance.timeOrigin + performance.now();
+    const t0 = now();
+    while (now() - t0 < ms);
+    ((globalThis as unknown as { __spans?: number[][] }).__spans ??= []).push([t0, now()]);
+    return x + 1;
+  }
+}
+/** Pipeline stage 2 (on worker2): fetches stage 1's result, then computes for `ms`; returns when it had it. */
+class Stage2 {
+  async forward(h: { toHere(): Promise<number> }, ms: number): Promise<number> {
+    await h.toHere();
+    const now = () => performance.timeOrigin + performance.now();
+    const t0 = now();
+    while (now() - t0 < ms);
+    return t0;
+  }
+}
+
 const variants: { name: string; env: Record<string, string>; skip: boolean }[] = [
   { name: "tcp channel", env: { TPRPC_NATIVE: "0", TPRPC_CHANNELS: "tcp" }, skip: false },
   { name: "shm channel", env: { TPRPC_NATIVE: "1", TPRPC_CHANNELS: "shm" }, skip: nativeOrSkip().skip !== null },
@@ -87,6 +111,21 @@ for (const v of variants)
       expect(b!.span[0]).toBeGreaterThanOrEqual(a!.span[1]);
       // ... and the first's reply was here long before the second's computation ended
       expect(a!.arrived).toBeLessThan(b!.span[1] - BUSY_MS / 2);
+    }, 30_000);
+
+    it("pipelines RRef proxy calls sent all at once: stage 2 computes micro-batch 0 while stage 1 still computes", async () => {
+      const s1 = rpc.remote<Stage1>("worker1", Stage1, []);
+      const s2 = rpc.remote<Stage2>("worker2", Stage2, []);
+      await s2.rpcAsync().forward(s1.remote().forward(0, 0), 0);
+      await rpc.rpcSync("worker1", () => void ((globalThis as unknown as { __spans: number[][] }).__spans = []), []);
+      // as bench/e2e.ts's GPT step: every micro-batch's stage-1 remote() and stage-2 call made at once
+      const started = await Promise.all(
+        [0, 1, 2, 3].map((i) => s2.rpcAsync().forward(s1.remote().forward(i, BUSY_MS / 2), BUSY_MS / 2)),
+      );
+      const spans = await rpc.rpcSync("worker1", () => (globalThis as unknown as { __spans: number[][] }).__spans, []);
+      expect(spans).toHaveLength(4);
+      // stage 2 had micro-batch 0 before stage 1 finished its last micro-batch (before: only after all four)
+      expect(started[0]).toBeLessThan(spans[3]![1]! - BUSY_MS / 4);
     }, 30_000);
 
     it("sends a call made in the middle of a computation before that computation ends", async () => {
