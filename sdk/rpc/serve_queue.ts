@@ -23,8 +23,10 @@
  * fetch) gives the thread back there itself; what it does after that await runs outside the queue.
  */
 
-/** Calls started back to back in one turn, at most this many ms of it (env TPRPC_SERVE_TURN_MS). */
-export const SERVE_TURN_MS = Number(process.env.TPRPC_SERVE_TURN_MS ?? 1);
+/** Calls started back to back in one turn, at most this many ms of it (env TPRPC_SERVE_TURN_MS; not a number >= 0: 1). */
+export const SERVE_TURN_MS = ((v) => (Number.isFinite(v) && v >= 0 ? v : 1))(
+  Number(process.env.TPRPC_SERVE_TURN_MS ?? 1),
+);
 
 export class ServeQueue {
   private readonly jobs: (() => void)[] = [];
