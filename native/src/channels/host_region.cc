@@ -1,0 +1,223 @@
+// Host regions: shared-memory buffers that the processes of a collective on one host map together,
+// and the reduction kernel that reads them (sdk/distributed/host_shm.ts runs the algorithm).
+//
+//  1. hostRegionCreate(bytes): a memfd of `bytes`, mapped MAP_SHARED (populated) as an ArrayBuffer;
+//     {buffer, pid, fd}. The descriptor stays open while the buffer lives, so that a peer can map
+//     the same file through /proc/<pid>/fd/<fd> (same uid; no name in /dev/shm, nothing leaks when
+//     a process dies).
+//  2. hostRegionOpen(pid, fd, bytes): maps a peer's region (MAP_SHARED, read-write) as an
+//     ArrayBuffer; NativeError EREGION when the file cannot be opened or is shorter than `bytes`
+//     (another host, another uid, the peer gone). The caller checks a token in the region to be
+//     sure it is the peer's file and not a stranger's (a reused pid).
+//  3. reduceN(op, out, inputs): out[i] = inputs[0][i] op inputs[1][i] op ... in list order (so
+//     every process that reduces the same inputs gets the same bits), one pass that reads each
+//     input once, split across the kernel thread pool. Typed arrays of one kind and length:
+//     Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array; op 0 sum, 1 product,
+//     2 max, 3 min (max and min propagate NaN, as torch.maximum does). `out` may be one of the inputs.
+// Each mapping is unmapped (and the region's descriptor closed) when V8 frees its buffer.
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "channels/common.h"
+#include "thread_pool.h"
+
+namespace tprpc {
+namespace channels {
+namespace {
+
+struct Mapping {
+  void* base;
+  size_t len;
+  int fd;  // ours (a created region), -1 for a peer's
+};
+
+Napi::ArrayBuffer Wrap(Napi::Env env, void* base, size_t len, int fd) {
+  auto* m = new Mapping{base, len, fd};
+  return Napi::ArrayBuffer::New(
+      env, base, len,
+      [](Napi::Env, void*, Mapping* m) {
+        munmap(m->base, m->len);
+        if (m->fd >= 0) close(m->fd);
+        delete m;
+      },
+      m);
+}
+
+size_t LengthArg(const Napi::CallbackInfo& info, size_t i, const char* fn) {
+  double n = NumberArg(info, i, fn, "byteLength");
+  if (!(n >= 1) || n > 9007199254740991.0) throw Napi::RangeError::New(info.Env(), std::string(fn) + ": byteLength must be >= 1");
+  return static_cast<size_t>(n);
+}
+
+Napi::Value Fail(Napi::Env env, const std::string& what, int err) {
+  throw ToJsError(env, Outcome::Fail(err == ENOMEM ? "ENOMEM" : "EREGION", err, what + ": " + std::strerror(err)));
+}
+
+Napi::Value HostRegionCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t len = LengthArg(info, 0, "hostRegionCreate");
+  int fd = memfd_create("tprpc-collective", MFD_CLOEXEC);
+  if (fd < 0) return Fail(env, "hostRegionCreate: memfd_create", errno);
+  if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
+    int err = errno;
+    close(fd);
+    return Fail(env, "hostRegionCreate: ftruncate to " + std::to_string(len) + " bytes", err);
+  }
+  void* base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (base == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    return Fail(env, "hostRegionCreate: mmap of " + std::to_string(len) + " bytes", err);
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("buffer", Wrap(env, base, len, fd));
+  o.Set("pid", Napi::Number::New(env, getpid()));
+  o.Set("fd", Napi::Number::New(env, fd));
+  return o;
+}
+
+Napi::Value HostRegionOpen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int pid = static_cast<int>(NumberArg(info, 0, "hostRegionOpen", "pid"));
+  int rfd = static_cast<int>(NumberArg(info, 1, "hostRegionOpen", "fd"));
+  size_t len = LengthArg(info, 2, "hostRegionOpen");
+  std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(rfd);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return Fail(env, "hostRegionOpen: open " + path, errno);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < len) {
+    int err = errno;
+    close(fd);
+    return Fail(env, "hostRegionOpen: " + path + " is not a region of " + std::to_string(len) + " bytes", err ? err : EINVAL);
+  }
+  void* base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  int err = errno;
+  close(fd);  // NB: the mapping keeps the file
+  if (base == MAP_FAILED) return Fail(env, "hostRegionOpen: mmap " + path, err);
+  return Wrap(env, base, len, -1);
+}
+
+template <typename T>
+T Apply(int op, T a, T b) {
+  switch (op) {
+    case 0:
+      return a + b;
+    case 1:
+      return a * b;
+    case 2:
+      return (a > b || a != a) ? a : b;
+    default:
+      return (a < b || a != a) ? a : b;
+  }
+}
+
+// Integer sum and product wrap (as the typed arrays' stores do), without signed overflow.
+template <>
+int32_t Apply<int32_t>(int op, int32_t a, int32_t b) {
+  if (op == 0) return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+  if (op == 1) return static_cast<int32_t>(static_cast<uint32_t>(a) * static_cast<uint32_t>(b));
+  return op == 2 ? (a > b ? a : b) : (a < b ? a : b);
+}
+template <>
+int64_t Apply<int64_t>(int op, int64_t a, int64_t b) {
+  if (op == 0) return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  if (op == 1) return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+  return op == 2 ? (a > b ? a : b) : (a < b ? a : b);
+}
+template <>
+uint8_t Apply<uint8_t>(int op, uint8_t a, uint8_t b) {
+  if (op == 0) return static_cast<uint8_t>(a + b);
+  if (op == 1) return static_cast<uint8_t>(a * b);
+  return op == 2 ? (a > b ? a : b) : (a < b ? a : b);
+}
+
+template <typename T>
+void ReduceRange(int op, T* out, const std::vector<const T*>& in, int64_t b, int64_t e) {
+  constexpr int64_t kBlock = 2048;  // NB: blocks keep `out` in L1 between the inputs' passes
+  for (int64_t s = b; s < e; s += kBlock) {
+    int64_t t = std::min(e, s + kBlock);
+    const T* x0 = in[0];
+    if (in.size() == 1) {
+      if (out != x0) std::memcpy(out + s, x0 + s, static_cast<size_t>(t - s) * sizeof(T));
+      continue;
+    }
+    const T* x1 = in[1];
+    switch (op) {  // NB: one switch per block; the loops below vectorise
+      case 0:
+        for (int64_t i = s; i < t; i++) out[i] = Apply<T>(0, x0[i], x1[i]);
+        for (size_t k = 2; k < in.size(); k++)
+          for (int64_t i = s; i < t; i++) out[i] = Apply<T>(0, out[i], in[k][i]);
+        break;
+      default:
+        for (int64_t i = s; i < t; i++) out[i] = Apply<T>(op, x0[i], x1[i]);
+        for (size_t k = 2; k < in.size(); k++)
+          for (int64_t i = s; i < t; i++) out[i] = Apply<T>(op, out[i], in[k][i]);
+    }
+  }
+}
+
+template <typename T>
+void Reduce(int op, const Napi::TypedArray& out, const std::vector<Napi::TypedArray>& ins) {
+  T* o = reinterpret_cast<T*>(static_cast<char*>(out.ArrayBuffer().Data()) + out.ByteOffset());
+  std::vector<const T*> in;
+  for (const auto& a : ins) in.push_back(reinterpret_cast<const T*>(static_cast<char*>(a.ArrayBuffer().Data()) + a.ByteOffset()));
+  int64_t n = static_cast<int64_t>(out.ElementLength());
+  ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) { ReduceRange<T>(op, o, in, b, e); });
+}
+
+Napi::Value ReduceN(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int op = static_cast<int>(NumberArg(info, 0, "reduceN", "op"));
+  if (op < 0 || op > 3) throw Napi::RangeError::New(env, "reduceN: op is 0 (sum), 1 (product), 2 (max) or 3 (min)");
+  if (!info[1].IsTypedArray() || !info[2].IsArray()) throw Napi::TypeError::New(env, "reduceN(op, out, inputs): a typed array and an array of them");
+  Napi::TypedArray out = info[1].As<Napi::TypedArray>();
+  Napi::Array list = info[2].As<Napi::Array>();
+  if (list.Length() == 0) throw Napi::RangeError::New(env, "reduceN: no inputs");
+  std::vector<Napi::TypedArray> ins;
+  for (uint32_t i = 0; i < list.Length(); i++) {
+    Napi::Value v = list.Get(i);
+    if (!v.IsTypedArray()) throw Napi::TypeError::New(env, "reduceN: inputs[" + std::to_string(i) + "] is not a typed array");
+    Napi::TypedArray a = v.As<Napi::TypedArray>();
+    if (a.TypedArrayType() != out.TypedArrayType() || a.ElementLength() != out.ElementLength())
+      throw Napi::TypeError::New(env, "reduceN: inputs[" + std::to_string(i) + "] differs from out in kind or length");
+    ins.push_back(a);
+  }
+  switch (out.TypedArrayType()) {
+    case napi_float32_array:
+      Reduce<float>(op, out, ins);
+      break;
+    case napi_float64_array:
+      Reduce<double>(op, out, ins);
+      break;
+    case napi_int32_array:
+      Reduce<int32_t>(op, out, ins);
+      break;
+    case napi_bigint64_array:
+      Reduce<int64_t>(op, out, ins);
+      break;
+    case napi_uint8_array:
+      Reduce<uint8_t>(op, out, ins);
+      break;
+    default:
+      throw Napi::TypeError::New(env, "reduceN: Float32Array, Float64Array, Int32Array, BigInt64Array or Uint8Array");
+  }
+  return env.Undefined();
+}
+
+}  // namespace
+
+void RegisterHostRegion(Napi::Env env, Napi::Object ns) {
+  ns.Set("hostRegionCreate", Napi::Function::New(env, HostRegionCreate));
+  ns.Set("hostRegionOpen", Napi::Function::New(env, HostRegionOpen));
+  ns.Set("reduceN", Napi::Function::New(env, ReduceN));
+}
+
+}  // namespace channels
+}  // namespace tprpc
