@@ -175,14 +175,24 @@ export async function hostAllReduce(
   // NB: typed as one kind: set and subarray behave alike on every kind, and both sides are the same kind
   const data = flat.storage.data as unknown as Float32Array;
   const opCode = OPS[op]!;
+  // NB: a one-input reduceN is a memcpy split across the kernel threads (a typed array's set is one thread)
+  const copy = (to: ArrayBufferView, from: ArrayBufferView) => native.reduceN(0, to, [from]);
+  const count = Math.ceil(flat.numel() / per);
+  const chunk = (k: number) => {
+    const len = Math.min(per, flat.numel() - k * per);
+    return { len, at: flat.offset + k * per, base: HEADER + ((st.chunks + k) % 2) * st.half, slices: bounds(len, n) };
+  };
+  /** Copies chunk k into my half and tells everyone; resolves once everyone said so. */
+  const fill = (k: number): Promise<void> => {
+    const { len, at, base } = chunk(k);
+    copy(view(flat.dtype, st.regions[me]!, base, len), data.subarray(at, at + len));
+    return signal(c, `f${k}`);
+  };
   try {
-    for (let k = 0, start = 0; start < flat.numel(); k++, start += per) {
-      const len = Math.min(per, flat.numel() - start);
-      const base = HEADER + (st.chunks++ % 2) * st.half;
-      const at = flat.offset + start;
-      (view(flat.dtype, st.regions[me]!, base, len) as Float32Array).set(data.subarray(at, at + len));
-      await signal(c, `f${k}`);
-      const slices = bounds(len, n);
+    let filled = fill(0);
+    for (let k = 0; k < count; k++) {
+      const { at, base, slices } = chunk(k);
+      await filled;
       const [s, l] = slices[me]!;
       if (l > 0) {
         const out = data.subarray(at + s, at + s + l);
@@ -192,18 +202,23 @@ export async function hostAllReduce(
           st.regions.map((r) => view(flat.dtype, r, base + s * esz, l)),
         );
         if (op === "avg") finishAvg(op, new Tensor(flat.storage, [l], [1], at + s), n);
-        (view(flat.dtype, st.regions[me]!, base + s * esz, l) as Float32Array).set(out);
+        copy(view(flat.dtype, st.regions[me]!, base + s * esz, l), out);
       }
       await signal(c, `r${k}`);
+      // NB: chunk k + 1 goes in before chunk k comes out, so the others can reduce it meanwhile: its half
+      // held chunk k - 1, which everyone copied out before it said "reduced" for chunk k
+      if (k + 1 < count) filled = fill(k + 1);
       for (let j = 0; j < n; j++) {
         const [sj, lj] = slices[j]!;
         if (j === me || lj === 0) continue;
-        data.set(view(flat.dtype, st.regions[j]!, base + sj * esz, lj) as Float32Array, at + sj);
+        copy(data.subarray(at + sj, at + sj + lj), view(flat.dtype, st.regions[j]!, base + sj * esz, lj));
       }
     }
   } catch (e) {
     st.broken = true;
     throw e;
+  } finally {
+    st.chunks += count;
   }
   flat.storage.version++;
 }
