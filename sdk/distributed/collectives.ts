@@ -107,19 +107,6 @@ async function exchangeTensors(c: Ctx, mine: Tensor, step: string): Promise<Tens
   return got as Tensor[];
 }
 
-const TOKEN = raw.empty([1], "int32");
-
-/** A 1-element message to every other member, and one from each: returns once all arrived. */
-async function signalAll(c: Ctx, step: string): Promise<void> {
-  const ops: Promise<unknown>[] = [];
-  for (let j = 0; j < c.g.size(); j++) {
-    if (j === c.g.rank()) continue;
-    ops.push(send(c, TOKEN, j, step));
-    ops.push(recv(c, TOKEN, j, step, () => undefined));
-  }
-  await Promise.all(ops);
-}
-
 /** Contiguous working copy (or the tensor itself) and how to write it back. */
 function working(t: Tensor): { flat: Tensor; writeBack: () => void } {
   if (t.isContiguous()) return { flat: segment(t, 0, t.numel()), writeBack: () => undefined };
@@ -194,7 +181,7 @@ export async function allReduce(c: Ctx, t: Tensor, op: ReduceOp): Promise<void> 
       ? await hostState(c, exchangeTensors)
       : null;
   if (host) {
-    await hostAllReduce(c, host, flat, op, signalAll, bounds);
+    await hostAllReduce(c, host, flat, op, bounds);
   } else if (n > 1 && bytesOf(t) >= ringMinBytes() && t.numel() >= n) {
     await ringAllReduce(c, flat, op);
   } else if (n > 1) {

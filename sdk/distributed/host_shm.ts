@@ -13,22 +13,30 @@
  *
  * One allReduce, per chunk k of at most a half (the halves alternate, over the
  * group's whole life):
- *   1. copy the chunk into my region's half; tell every member ("f": filled);
+ *   1. copy the chunk into my region's half; say "filled";
  *   2. once all said filled, reduce my 1/n slice of the chunk, reading every
  *      region's slice in rank order (one native pass, reduceN: the same bits as
  *      the direct algorithm's rank-order reduction), into my tensor; AVG divides
  *      there; copy the result over my own region's slice (nobody else reads my
- *      slice's inputs); tell every member ("r": reduced);
+ *      slice's inputs); say "reduced";
  *   3. once all said reduced, copy every other member's result slice out of its region.
- * Why a half is never overwritten while read: a member fills chunk k + 2's half
- * only after everyone's "reduced" of chunk k + 1, which each member sends after
- * it finished copying chunk k out. Signals are 1-element point-to-point messages
- * whose receives depend on every member: a death fails the collective with
- * WorkerUnavailableError, and the group then falls back to the pipe algorithms.
+ * Chunk k + 1 goes in before chunk k comes out (the others reduce it meanwhile).
+ * Why a half is never overwritten while read: a member fills chunk k + 1's half
+ * (chunk k - 1's) only after everyone said "reduced" for chunk k, which each
+ * says after it copied chunk k - 1 out.
+ * Signals: each member's progress counter in its region's header (2q + 1 once
+ * chunk q of the group's life is filled, 2q + 2 once reduced), set with a futex
+ * wake; waiters block in futex waits of SLICE_MS on the JS thread, giving the
+ * event loop a turn between them (one wake-up instead of a message through a
+ * channel's threads and the event loop). A member that leaves the group fails
+ * the wait with WorkerUnavailableError, the timeout with RpcTimeoutError; the
+ * group then uses the pipe algorithms. Members in one process (agents of a
+ * test group) never use this path: they would wait on each other on one thread.
  * Per rank and byte: 2 (copy in) + ~1 + 1/n (reduce) + 2 (n-1)/n (copy out) of
  * memory traffic, against a ring's 2(n-1) pipe messages through the channels.
  */
-import { ValueError } from "../errors/index.js";
+import os from "node:os";
+import { RpcTimeoutError, ValueError, WorkerUnavailableError } from "../errors/index.js";
 import { type NativeChannels, nativeChannels } from "../native/channels.js";
 import * as raw from "../tensor/raw.js";
 import { Tensor } from "../tensor/tensor.js";
@@ -108,7 +116,9 @@ export async function hostState(c: HostCtx, exchange: Exchange): Promise<HostSta
   const card = ints(own ? [own.pid, own.fd, ...token, half] : [-1, -1, 0, 0, 0, 0, half]);
   const cards = await exchange(c, card, "hs1");
   const regions: ArrayBuffer[] = [];
-  let ok = own !== null && native !== null;
+  // NB: members in one process (agents of a test group) would wait on each other on one thread
+  const pids = new Set(cards.map((t) => (t.storage.data as Int32Array)[0]));
+  let ok = own !== null && native !== null && pids.size === n;
   for (let j = 0; j < n && ok; j++) {
     if (j === me) {
       regions.push(own!.buffer);
@@ -141,7 +151,42 @@ function openPeer(native: NativeChannels, d: Int32Array, half: number): ArrayBuf
   }
 }
 
-type Signal = (c: HostCtx, step: string) => Promise<void>;
+const COUNTER = 64;
+/** How long one wait blocks the JS thread before the event loop gets a turn (ms). */
+const SLICE_MS = 5;
+
+/** Sets my progress counter (and wakes whoever waits on it). */
+function post(st: HostState, me: number, value: number): void {
+  nativeChannels()!.hostPost(st.regions[me]!, COUNTER, value >>> 0);
+}
+
+/**
+ * Waits until every other member's counter reached `target`: blocking futex waits of SLICE_MS, with
+ * an event-loop turn between them (timers, RPCs, membership); a member that left fails it with
+ * WorkerUnavailableError, the operation's timeout with RpcTimeoutError.
+ */
+async function waitAll(c: HostCtx, st: HostState, target: number, deadline: number): Promise<void> {
+  const native = nativeChannels()!;
+  const me = c.g.rank();
+  const others = st.regions.filter((_, j) => j !== me);
+  for (;;) {
+    if (native.hostWait(others, COUNTER, target >>> 0, SLICE_MS)) return;
+    await new Promise((r) => setImmediate(r));
+    const dead = c.g.ranks.find((r) => c.g.p2p.gone.has(r));
+    if (dead !== undefined) {
+      const name = c.g.p2p.gone.get(dead)!;
+      throw new WorkerUnavailableError(
+        `worker "${name}" (rank ${dead}) left the group before a pending distributed operation completed (${c.what})`,
+        name,
+      );
+    }
+    if (deadline > 0 && performance.now() > deadline)
+      throw new RpcTimeoutError(
+        `${c.what} on rank ${c.g.p2p.rank} did not complete within ${c.timeoutMs} ms`,
+        c.timeoutMs,
+      );
+  }
+}
 
 function view(dtype: DType, buf: ArrayBuffer, byteOffset: number, len: number): ArrayBufferView {
   switch (dtype) {
@@ -164,7 +209,6 @@ export async function hostAllReduce(
   st: HostState,
   flat: Tensor,
   op: ReduceOp,
-  signal: Signal,
   bounds: (numel: number, n: number) => [number, number][],
 ): Promise<void> {
   const native = nativeChannels()!;
@@ -176,38 +220,41 @@ export async function hostAllReduce(
   const data = flat.storage.data as unknown as Float32Array;
   const opCode = OPS[op]!;
   // NB: a one-input reduceN is a memcpy split across the kernel threads (a typed array's set is one thread)
-  const copy = (to: ArrayBufferView, from: ArrayBufferView) => native.reduceN(0, to, [from]);
+  // NB: the n members share this host's cores: each forks over its share only (1 on a small machine)
+  const threads = Math.max(1, Math.floor(os.availableParallelism() / n));
+  const copy = (to: ArrayBufferView, from: ArrayBufferView) => native.reduceN(0, to, [from], threads);
   const count = Math.ceil(flat.numel() / per);
   const chunk = (k: number) => {
     const len = Math.min(per, flat.numel() - k * per);
     return { len, at: flat.offset + k * per, base: HEADER + ((st.chunks + k) % 2) * st.half, slices: bounds(len, n) };
   };
-  /** Copies chunk k into my half and tells everyone; resolves once everyone said so. */
-  const fill = (k: number): Promise<void> => {
+  const deadline = c.timeoutMs > 0 ? performance.now() + c.timeoutMs : 0;
+  // NB: chunk q of the group's life: counter 2q + 1 once filled, 2q + 2 once reduced
+  const filled = (k: number) => 2 * (st.chunks + k) + 1;
+  /** Copies chunk k into my half and says so. */
+  const fill = (k: number): void => {
     const { len, at, base } = chunk(k);
     copy(view(flat.dtype, st.regions[me]!, base, len), data.subarray(at, at + len));
-    return signal(c, `f${k}`);
+    post(st, me, filled(k));
   };
   try {
-    let filled = fill(0);
+    fill(0);
     for (let k = 0; k < count; k++) {
       const { at, base, slices } = chunk(k);
-      await filled;
+      await waitAll(c, st, filled(k), deadline);
       const [s, l] = slices[me]!;
       if (l > 0) {
         const out = data.subarray(at + s, at + s + l);
-        native.reduceN(
-          opCode,
-          out,
-          st.regions.map((r) => view(flat.dtype, r, base + s * esz, l)),
-        );
+        const ins = st.regions.map((r) => view(flat.dtype, r, base + s * esz, l));
+        native.reduceN(opCode, out, ins, threads);
         if (op === "avg") finishAvg(op, new Tensor(flat.storage, [l], [1], at + s), n);
         copy(view(flat.dtype, st.regions[me]!, base + s * esz, l), out);
       }
-      await signal(c, `r${k}`);
+      post(st, me, filled(k) + 1);
+      await waitAll(c, st, filled(k) + 1, deadline);
       // NB: chunk k + 1 goes in before chunk k comes out, so the others can reduce it meanwhile: its half
       // held chunk k - 1, which everyone copied out before it said "reduced" for chunk k
-      if (k + 1 < count) filled = fill(k + 1);
+      if (k + 1 < count) fill(k + 1);
       for (let j = 0; j < n; j++) {
         const [sj, lj] = slices[j]!;
         if (j === me || lj === 0) continue;

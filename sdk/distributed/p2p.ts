@@ -54,12 +54,15 @@ function wireView(t: Tensor): Tensor {
 export class P2P {
   readonly rank: number;
   readonly mailbox: Mailbox;
+  /** Ranks that left the group, with their names (./host_shm.ts's waits check it). */
+  readonly gone = new Map<number, string>();
 
   private constructor(readonly agent: Agent) {
     this.rank = agent.workerInfo().id;
     this.mailbox = new Mailbox(this.rank);
     agent.membership.onLeave((w) => {
       debug(1, "distributed", `rank ${w.id} (${w.name}) left: failing what waits on it`);
+      this.gone.set(w.id, w.name);
       this.mailbox.peerGone(
         w.id,
         () =>

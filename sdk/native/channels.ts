@@ -123,8 +123,15 @@ export interface NativeChannels {
   hostRegionCreate(byteLength: number): { buffer: ArrayBuffer; pid: number; fd: number };
   /** Maps a peer's region (its pid and descriptor) read-write; NativeError EREGION when it cannot (another host or uid, the peer gone). */
   hostRegionOpen(pid: number, fd: number, byteLength: number): ArrayBuffer;
-  /** out = inputs[0] op inputs[1] op ... elementwise, in list order (op 0 sum, 1 product, 2 max, 3 min); same-kind typed arrays of one length. */
-  reduceN(op: number, out: ArrayBufferView, inputs: ArrayBufferView[]): void;
+  /**
+   * out = inputs[0] op inputs[1] op ... elementwise, in list order (op 0 sum, 1 product, 2 max, 3 min); same-kind
+   * typed arrays of one length. `threads` 1: on the calling thread alone; more or undefined: the kernel pool.
+   */
+  reduceN(op: number, out: ArrayBufferView, inputs: ArrayBufferView[], threads?: number): void;
+  /** Stores a progress counter (uint32 at byteOffset of a region) and wakes its waiters in every process. */
+  hostPost(buffer: ArrayBuffer, byteOffset: number, value: number): void;
+  /** Blocks until every buffer's counter at byteOffset reached `target` (true), or timeoutMs passed (false). */
+  hostWait(buffers: ArrayBuffer[], byteOffset: number, target: number, timeoutMs: number): boolean;
   cmaProbeWord(): NativeCmaProbe;
   cmaCheck(pid: number, address: number, value: number): NativeCmaCheck;
   /** Fills `dest` (its whole length) from `address` in process `pid`. */
@@ -185,7 +192,9 @@ type RawChannels = {
   isShared(view: ArrayBufferView): boolean;
   hostRegionCreate(byteLength: number): { buffer: ArrayBuffer; pid: number; fd: number };
   hostRegionOpen(pid: number, fd: number, byteLength: number): ArrayBuffer;
-  reduceN(op: number, out: ArrayBufferView, inputs: ArrayBufferView[]): void;
+  reduceN(op: number, out: ArrayBufferView, inputs: ArrayBufferView[], threads?: number): void;
+  hostPost(buffer: ArrayBuffer, byteOffset: number, value: number): void;
+  hostWait(buffers: ArrayBuffer[], byteOffset: number, target: number, timeoutMs: number): boolean;
   cmaProbeWord(): NativeCmaProbe;
   cmaCheck(pid: number, address: number, value: number): NativeCmaCheck;
   cmaRead(pid: number, address: number, dest: ArrayBufferView): Promise<number>;
@@ -249,7 +258,9 @@ export function nativeChannels(): NativeChannels | null {
     isShared: (v) => raw.isShared(v),
     hostRegionCreate: (n) => sync(() => raw.hostRegionCreate(n)),
     hostRegionOpen: (pid, fd, n) => sync(() => raw.hostRegionOpen(pid, fd, n)),
-    reduceN: (op, out, inputs) => sync(() => raw.reduceN(op, out, inputs)),
+    reduceN: (op, out, inputs, threads) => sync(() => raw.reduceN(op, out, inputs, threads)),
+    hostPost: (b, off, v) => sync(() => raw.hostPost(b, off, v)),
+    hostWait: (bs, off, target, ms) => sync(() => raw.hostWait(bs, off, target, ms)),
     cmaProbeWord: () => sync(() => raw.cmaProbeWord()),
     cmaCheck: (pid, address, value) => sync(() => raw.cmaCheck(pid, address, value)),
     cmaRead: (pid, address, dest) => typed(sync(() => raw.cmaRead(pid, address, dest))).then(() => undefined),

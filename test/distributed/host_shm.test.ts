@@ -60,6 +60,22 @@ describe.skipIf(!native)("reduceN, the native kernel", () => {
     expect(new Int32Array(again)[100]).toBe(12345);
     expect(() => native!.hostRegionOpen(r.pid, 987_654, 8192)).toThrow(/EREGION|hostRegionOpen/);
   });
+
+  it("a progress counter: waits time out below the target, return once it is reached", () => {
+    const a = native!.hostRegionCreate(4096).buffer;
+    const b = native!.hostRegionCreate(4096).buffer;
+    const t0 = performance.now();
+    expect(native!.hostWait([a, b], 64, 1, 30)).toBe(false);
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(25);
+    native!.hostPost(a, 64, 1);
+    expect(native!.hostWait([a, b], 64, 1, 10)).toBe(false);
+    native!.hostPost(b, 64, 2);
+    expect(native!.hostWait([a, b], 64, 1, 10)).toBe(true);
+    native!.hostPost(a, 64, 2 ** 32 - 1); // wraps: 0 is after 2^32 - 1
+    native!.hostPost(b, 64, 0);
+    expect(native!.hostWait([a, b], 64, 2 ** 32 - 1, 10)).toBe(true);
+    expect(() => native!.hostPost(a, 4094, 1)).toThrow(/byteOffset/);
+  });
 });
 
 /** Runs `fn(args)` on every rank at once (the master here); results by rank. */
@@ -193,6 +209,38 @@ describe.skipIf(!native)("allReduce through shared memory, 4 processes", () => {
   it("a set-up that fails on one member leaves the whole group on the pipes, with correct results", async () => {
     const got = await within(onEveryRank(cluster!, mismatchedSetUp, [2]), 60_000, "mismatched set-up");
     for (const r of got) expect(r).toEqual([10, 10, 10, 10]);
+  }, 90_000);
+
+  it("a member that never joins fails the others with RpcTimeoutError after timeoutMs", async () => {
+    const join = async (timeoutMs: number) => {
+      process.env.TPRPC_ALLREDUCE_ALGO = "host";
+      const t = tprpc.ones([300_000]);
+      return tprpc.distributed.allReduce(t, { timeoutMs }).then(
+        () => "completed",
+        (e: Error) => e.constructor.name,
+      );
+    };
+    await within(onEveryRank(cluster!, join, [60_000]), 60_000, "a first allReduce");
+    // ranks 0..2 only: a new group of all four, so the world group's chunk count stays in step
+    const partial = async () => {
+      const d = tprpc.distributed;
+      process.env.TPRPC_ALLREDUCE_ALGO = "host";
+      const g = d.newGroup([0, 1, 2, 3]);
+      await d.allReduce(tprpc.ones([300_000]), { group: g }); // set-up, with everyone
+      if (d.getRank() === 3) return "absent";
+      const t0 = performance.now();
+      const r = await d.allReduce(tprpc.ones([300_000]), { group: g, timeoutMs: 1_000 }).then(
+        () => "completed",
+        (e: Error) => e.constructor.name,
+      );
+      return `${r} ${performance.now() - t0 < 5_000}`;
+    };
+    expect(await within(onEveryRank(cluster!, partial), 30_000, "a partial allReduce")).toEqual([
+      "RpcTimeoutError true",
+      "RpcTimeoutError true",
+      "RpcTimeoutError true",
+      "absent",
+    ]);
   }, 90_000);
 
   it("a peer killed mid-collective fails the others with WorkerUnavailableError", async () => {

@@ -14,6 +14,13 @@
 //     input once, split across the kernel thread pool. Typed arrays of one kind and length:
 //     Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array; op 0 sum, 1 product,
 //     2 max, 3 min (max and min propagate NaN, as torch.maximum does). `out` may be one of the inputs.
+//     `threads` (optional, default the pool's): 1 runs on the calling thread alone, more uses the pool
+//     (processes that share a host's cores should not each fork across all of them).
+//  4. hostPost(buffer, byteOffset, value) / hostWait(buffers, byteOffset, target, timeoutMs): a
+//     member's progress counter (a uint32 in its region's header): post stores it and wakes every
+//     waiter (a futex on the shared page); wait returns true once every buffer's counter reached
+//     `target` (wrap-safe), false after timeoutMs, blocking the calling thread meanwhile (the caller
+//     waits in short slices and lets its event loop run between them).
 // Each mapping is unmapped (and the region's descriptor closed) when V8 frees its buffer.
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +28,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <climits>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -164,12 +174,15 @@ void ReduceRange(int op, T* out, const std::vector<const T*>& in, int64_t b, int
 }
 
 template <typename T>
-void Reduce(int op, const Napi::TypedArray& out, const std::vector<Napi::TypedArray>& ins) {
+void Reduce(int op, const Napi::TypedArray& out, const std::vector<Napi::TypedArray>& ins, bool pool) {
   T* o = reinterpret_cast<T*>(static_cast<char*>(out.ArrayBuffer().Data()) + out.ByteOffset());
   std::vector<const T*> in;
   for (const auto& a : ins) in.push_back(reinterpret_cast<const T*>(static_cast<char*>(a.ArrayBuffer().Data()) + a.ByteOffset()));
   int64_t n = static_cast<int64_t>(out.ElementLength());
-  ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) { ReduceRange<T>(op, o, in, b, e); });
+  if (pool)
+    ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) { ReduceRange<T>(op, o, in, b, e); });
+  else
+    ReduceRange<T>(op, o, in, 0, n);
 }
 
 Napi::Value ReduceN(const Napi::CallbackInfo& info) {
@@ -189,26 +202,63 @@ Napi::Value ReduceN(const Napi::CallbackInfo& info) {
       throw Napi::TypeError::New(env, "reduceN: inputs[" + std::to_string(i) + "] differs from out in kind or length");
     ins.push_back(a);
   }
+  bool pool = info.Length() < 4 || info[3].IsUndefined() || NumberArg(info, 3, "reduceN", "threads") > 1;
   switch (out.TypedArrayType()) {
     case napi_float32_array:
-      Reduce<float>(op, out, ins);
+      Reduce<float>(op, out, ins, pool);
       break;
     case napi_float64_array:
-      Reduce<double>(op, out, ins);
+      Reduce<double>(op, out, ins, pool);
       break;
     case napi_int32_array:
-      Reduce<int32_t>(op, out, ins);
+      Reduce<int32_t>(op, out, ins, pool);
       break;
     case napi_bigint64_array:
-      Reduce<int64_t>(op, out, ins);
+      Reduce<int64_t>(op, out, ins, pool);
       break;
     case napi_uint8_array:
-      Reduce<uint8_t>(op, out, ins);
+      Reduce<uint8_t>(op, out, ins, pool);
       break;
     default:
       throw Napi::TypeError::New(env, "reduceN: Float32Array, Float64Array, Int32Array, BigInt64Array or Uint8Array");
   }
   return env.Undefined();
+}
+
+std::atomic<uint32_t>* CounterAt(const Napi::CallbackInfo& info, const Napi::Value& v, double off, const char* fn) {
+  Bytes b = BytesArg(v, fn);
+  if (!(off >= 0) || off + 4 > static_cast<double>(b.length) || static_cast<uint64_t>(off) % 4 != 0)
+    throw Napi::RangeError::New(info.Env(), std::string(fn) + ": byteOffset must be 4-aligned inside the buffer");
+  return reinterpret_cast<std::atomic<uint32_t>*>(b.data + static_cast<size_t>(off));
+}
+
+Napi::Value HostPost(const Napi::CallbackInfo& info) {
+  std::atomic<uint32_t>* w = CounterAt(info, info[0], NumberArg(info, 1, "hostPost", "byteOffset"), "hostPost");
+  w->store(static_cast<uint32_t>(NumberArg(info, 2, "hostPost", "value")), std::memory_order_release);
+  FutexWake(w, INT32_MAX);
+  return info.Env().Undefined();
+}
+
+Napi::Value HostWait(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArray()) throw Napi::TypeError::New(env, "hostWait: buffers must be an array");
+  Napi::Array list = info[0].As<Napi::Array>();
+  double off = NumberArg(info, 1, "hostWait", "byteOffset");
+  uint32_t target = static_cast<uint32_t>(NumberArg(info, 2, "hostWait", "target"));
+  double ms = NumberArg(info, 3, "hostWait", "timeoutMs");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
+  for (uint32_t i = 0; i < list.Length(); i++) {
+    std::atomic<uint32_t>* w = CounterAt(info, list.Get(i), off, "hostWait");
+    for (int spin = 0;; spin++) {
+      uint32_t v = w->load(std::memory_order_acquire);
+      if (static_cast<int32_t>(v - target) >= 0) break;
+      if (spin < 64) continue;  // NB: a short spin first: the peer is often just about to post
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return Napi::Boolean::New(env, false);
+      FutexWait(w, v, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    }
+  }
+  return Napi::Boolean::New(env, true);
 }
 
 }  // namespace
@@ -217,6 +267,8 @@ void RegisterHostRegion(Napi::Env env, Napi::Object ns) {
   ns.Set("hostRegionCreate", Napi::Function::New(env, HostRegionCreate));
   ns.Set("hostRegionOpen", Napi::Function::New(env, HostRegionOpen));
   ns.Set("reduceN", Napi::Function::New(env, ReduceN));
+  ns.Set("hostPost", Napi::Function::New(env, HostPost));
+  ns.Set("hostWait", Napi::Function::New(env, HostWait));
 }
 
 }  // namespace channels
