@@ -13,9 +13,9 @@
  *
  * One allReduce, per chunk k of at most a half (the halves alternate, over the
  * group's whole life):
- *   1. copy the chunk into my region's half; say "filled";
+ *   1. copy the chunk into my region's half (all but my own slice); say "filled";
  *   2. once all said filled, reduce my 1/n slice of the chunk, reading every
- *      region's slice in rank order (one native pass, reduceN: the same bits as
+ *      region's slice in rank order (mine from my tensor; one native pass, reduceN: the same bits as
  *      the direct algorithm's rank-order reduction), into my tensor; AVG divides
  *      there; copy the result over my own region's slice (nobody else reads my
  *      slice's inputs); say "reduced";
@@ -32,7 +32,7 @@
  * the wait with WorkerUnavailableError, the timeout with RpcTimeoutError; the
  * group then uses the pipe algorithms. Members in one process (agents of a
  * test group) never use this path: they would wait on each other on one thread.
- * Per rank and byte: 2 (copy in) + ~1 + 1/n (reduce) + 2 (n-1)/n (copy out) of
+ * Per rank and byte: 2 (n-1)/n (copy in) + 1 + 1/n (reduce) + 2/n (publish) + 2 (n-1)/n (copy out) of
  * memory traffic, against a ring's 2(n-1) pipe messages through the channels.
  */
 import os from "node:os";
@@ -233,8 +233,12 @@ export async function hostAllReduce(
   const filled = (k: number) => 2 * (st.chunks + k) + 1;
   /** Copies chunk k into my half and says so. */
   const fill = (k: number): void => {
-    const { len, at, base } = chunk(k);
-    copy(view(flat.dtype, st.regions[me]!, base, len), data.subarray(at, at + len));
+    const { len, at, base, slices } = chunk(k);
+    // NB: all but my own slice: nobody else reads it, and I reduce it from my tensor
+    const [s, l] = slices[me]!;
+    if (s > 0) copy(view(flat.dtype, st.regions[me]!, base, s), data.subarray(at, at + s));
+    if (s + l < len)
+      copy(view(flat.dtype, st.regions[me]!, base + (s + l) * esz, len - s - l), data.subarray(at + s + l, at + len));
     post(st, me, filled(k));
   };
   try {
@@ -245,7 +249,7 @@ export async function hostAllReduce(
       const [s, l] = slices[me]!;
       if (l > 0) {
         const out = data.subarray(at + s, at + s + l);
-        const ins = st.regions.map((r) => view(flat.dtype, r, base + s * esz, l));
+        const ins = st.regions.map((r, j) => (j === me ? out : view(flat.dtype, r, base + s * esz, l)));
         native.reduceN(opCode, out, ins, threads);
         if (op === "avg") finishAvg(op, new Tensor(flat.storage, [l], [1], at + s), n);
         copy(view(flat.dtype, st.regions[me]!, base + s * esz, l), out);

@@ -50,6 +50,10 @@ describe.skipIf(!native)("reduceN, the native kernel", () => {
     const acc = Float32Array.of(1, 2, 3);
     native!.reduceN(0, acc, [acc, Float32Array.of(10, 20, 30)]); // out may be an input
     expect(Array.from(acc)).toEqual([11, 22, 33]);
+    const last = Float64Array.from({ length: 5000 }, (_, i) => i);
+    native!.reduceN(2, last, [new Float64Array(5000).fill(2), new Float64Array(5000).fill(1), last]); // even the last
+    expect(Array.from(last.subarray(0, 4))).toEqual([2, 2, 2, 3]);
+    expect(last[4999]).toBe(4999);
     expect(() => native!.reduceN(0, new Float32Array(3), [new Float64Array(3)])).toThrow(/kind or length/);
   });
 

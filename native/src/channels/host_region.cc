@@ -13,7 +13,7 @@
 //     every process that reduces the same inputs gets the same bits), one pass that reads each
 //     input once, split across the kernel thread pool. Typed arrays of one kind and length:
 //     Float32Array, Float64Array, Int32Array, BigInt64Array, Uint8Array; op 0 sum, 1 product,
-//     2 max, 3 min (max and min propagate NaN, as torch.maximum does). `out` may be one of the inputs.
+//     2 max, 3 min (max and min propagate NaN, as torch.maximum does). `out` may be any of the inputs.
 //     `threads` (optional, default the pool's): 1 runs on the calling thread alone, more uses the pool
 //     (processes that share a host's cores should not each fork across all of them).
 //  4. hostPost(buffer, byteOffset, value) / hostWait(buffers, byteOffset, target, timeoutMs): a
@@ -150,26 +150,28 @@ uint8_t Apply<uint8_t>(int op, uint8_t a, uint8_t b) {
 
 template <typename T>
 void ReduceRange(int op, T* out, const std::vector<const T*>& in, int64_t b, int64_t e) {
-  constexpr int64_t kBlock = 2048;  // NB: blocks keep `out` in L1 between the inputs' passes
+  constexpr int64_t kBlock = 1024;  // NB: the block's sum stays in L1 between the inputs' passes
+  T acc[kBlock];                    // NB: written to `out` last, so `out` may alias any input
   for (int64_t s = b; s < e; s += kBlock) {
-    int64_t t = std::min(e, s + kBlock);
-    const T* x0 = in[0];
+    const int64_t m = std::min(e, s + kBlock) - s;
     if (in.size() == 1) {
-      if (out != x0) std::memcpy(out + s, x0 + s, static_cast<size_t>(t - s) * sizeof(T));
+      if (out != in[0]) std::memcpy(out + s, in[0] + s, static_cast<size_t>(m) * sizeof(T));
       continue;
     }
-    const T* x1 = in[1];
+    const T* x0 = in[0] + s;
+    const T* x1 = in[1] + s;
     switch (op) {  // NB: one switch per block; the loops below vectorise
       case 0:
-        for (int64_t i = s; i < t; i++) out[i] = Apply<T>(0, x0[i], x1[i]);
+        for (int64_t i = 0; i < m; i++) acc[i] = Apply<T>(0, x0[i], x1[i]);
         for (size_t k = 2; k < in.size(); k++)
-          for (int64_t i = s; i < t; i++) out[i] = Apply<T>(0, out[i], in[k][i]);
+          for (int64_t i = 0; i < m; i++) acc[i] = Apply<T>(0, acc[i], in[k][s + i]);
         break;
       default:
-        for (int64_t i = s; i < t; i++) out[i] = Apply<T>(op, x0[i], x1[i]);
+        for (int64_t i = 0; i < m; i++) acc[i] = Apply<T>(op, x0[i], x1[i]);
         for (size_t k = 2; k < in.size(); k++)
-          for (int64_t i = s; i < t; i++) out[i] = Apply<T>(op, out[i], in[k][i]);
+          for (int64_t i = 0; i < m; i++) acc[i] = Apply<T>(op, acc[i], in[k][s + i]);
     }
+    std::memcpy(out + s, acc, static_cast<size_t>(m) * sizeof(T));
   }
 }
 
