@@ -7,10 +7,13 @@
  * 2. tprpc, point-to-point, per cpu channel (shm, cma, tcp; each pinned with TPRPC_CHANNELS / options.channels,
  *    skipped where not viable): this process (rank 0) and one worker; rank 0 sends a float32 tensor and
  *    receives it back (the worker runs a shipped recv-then-send loop). Beside it, rpcSync identity round
- *    trips of the same tensor on the same pipe: the acceptance is p2p no slower than rpcSync at 4 MB.
- * 3. tprpc, allReduce (SUM, in place) in 3 and 4 processes (every channel allowed: shm between local
- *    processes), every rank running the same shipped loop; rank 0's median per call. Bus bandwidth =
- *    bytes / t * 2 (n - 1) / n (nccl-tests' definition), beside gloo's.
+ *    trips of a tensor of the same size on the same pipe, their batches interleaved with the p2p ones: the
+ *    acceptance is p2p no slower than rpcSync at 4 MB.
+ * 3. tprpc, allReduce (SUM, in place) in 3 and 4 processes, every rank running the same shipped loop; rank
+ *    0's median per call, for two algorithms with their trials interleaved: the default (shared memory
+ *    between processes on one host, sdk/distributed/host_shm.ts) and TPRPC_ALLREDUCE_ALGO=pipes (the
+ *    ring/direct algorithms over the channels, as between hosts). Bus bandwidth = bytes / t * 2 (n - 1) / n
+ *    (nccl-tests' definition), beside gloo's. The last lines print the acceptance ratios of issue #18.
  * Timing as bench/reference/timing.py (after a JIT warm-up of both p2p and rpcSync per channel): warm-up,
  * then trials of a batch, the median per call; fewer repetitions with --quick (sizes up to 40 MB then). On a loaded machine the figures move a lot: compare
  * the ratios printed from this one run, never figures from different runs.
@@ -22,7 +25,7 @@ import * as sdk from "../sdk/index.js";
 import { rpc } from "../sdk/index.js";
 import { cmaChannelContext } from "../sdk/channel/cma/index.js";
 import { startLocalWorkers } from "../sdk/rpc/launcher.js";
-import { type Plan, fmtTime, median, now, repoRoot, rpcSyncRoundTrip, warmUp } from "./rpc_common.js";
+import { type Plan, fmtTime, identity, median, now, repoRoot, warmUp } from "./rpc_common.js";
 
 // NB: shipped functions name the SDK `tprpc` on the workers; rank 0 runs the same functions here.
 declare const tprpc: typeof import("../sdk/index.js");
@@ -133,19 +136,30 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, [nu
       const [warm, trials, batch] = plan(n, quick);
       const echo = rpc.rpcAsync("worker1", echoLoop, [n, warm + trials * batch]);
       const t = sdk.ones([n / 4]);
+      const x = sdk.ones([n / 4]);
       const roundTrip = async () => {
         await sdk.distributed.send(t, 1);
         await sdk.distributed.recv(t, 1);
       };
-      for (let i = 0; i < warm; i++) await roundTrip();
+      for (let i = 0; i < warm; i++) {
+        await roundTrip();
+        await rpc.rpcSync("worker1", identity, [x]);
+      }
+      // NB: p2p and rpcSync batches interleave (the worker serves the rpcSync calls while its echo loop
+      // waits), so a load that changes during the run moves both alike
       const per: number[] = [];
+      const perRpc: number[] = [];
       for (let k = 0; k < trials; k++) {
-        const t0 = now();
+        let t0 = now();
         for (let i = 0; i < batch; i++) await roundTrip();
         per.push((now() - t0) / batch);
+        t0 = now();
+        for (let i = 0; i < batch; i++) await rpc.rpcSync("worker1", identity, [x]);
+        perRpc.push((now() - t0) / batch);
       }
       await echo;
-      out.set(n, [median(per), await rpcSyncRoundTrip("worker1", n, plan(n, quick))]);
+      if (t.min().item() !== 1 || t.max().item() !== 1) throw new Error(`p2p echo of ${n} B came back changed`);
+      out.set(n, [median(per), median(perRpc)]);
     }
     await rpc.shutdown({ timeoutMs: 10_000 });
   } finally {
