@@ -241,6 +241,7 @@ export async function hostAllReduce(
       copy(view(flat.dtype, st.regions[me]!, base + (s + l) * esz, len - s - l), data.subarray(at + s + l, at + len));
     post(st, me, filled(k));
   };
+  if (count === 0) return; // NB: posting for no chunk would put my counter ahead of the others' waits
   try {
     fill(0);
     for (let k = 0; k < count; k++) {
