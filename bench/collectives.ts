@@ -210,28 +210,30 @@ export async function collectivesBench(quick: boolean): Promise<void> {
   console.log("");
   console.log("tprpc bench: tprpc.distributed beside torch.distributed (gloo), local processes, measured in this run");
   console.log(typeof torch === "string" ? `torch reference unavailable (${torch})` : `torch: ${torch.header}`);
-  console.log("round trip = rank 0 sends a float32 tensor to rank 1 and receives it back; GB/s counts both ways");
-  console.log("");
-  const head =
-    "send/recv round trip".padEnd(26) +
-    ["tprpc p2p", "tprpc rpcSync", "p2p vs rpcSync", "gloo", "p2p vs gloo"].map((h) => h.padStart(24)).join("");
-  console.log(head);
-  console.log("-".repeat(head.length));
-  for (const c of channels)
-    for (const n of P2P_SIZES) {
-      const [p, r] = p2p.get(c)!.get(n)!;
-      const g = t?.p2p.get(n);
-      const cell = (s: number | undefined) =>
-        s === undefined ? "-" : n >= 4_000_000 ? `${fmtTime(s)} (${gbs(2 * n, s)})` : fmtTime(s);
-      console.log(
-        `${c}, ${fmtBytes(n)}`.padEnd(26) +
-          [cell(p), cell(r), ratio(r / p), cell(g), ratio(g === undefined ? undefined : g / p)]
-            .map((x) => x.padStart(24))
-            .join(""),
-      );
-    }
-  console.log("(ratios: > 1 means tprpc p2p is faster; gloo has one transport, tcp)");
-  console.log("");
+  if (channels.length > 0) {
+    console.log("round trip = rank 0 sends a float32 tensor to rank 1 and receives it back; GB/s counts both ways");
+    console.log("");
+    const head =
+      "send/recv round trip".padEnd(26) +
+      ["tprpc p2p", "tprpc rpcSync", "p2p vs rpcSync", "gloo", "p2p vs gloo"].map((h) => h.padStart(24)).join("");
+    console.log(head);
+    console.log("-".repeat(head.length));
+    for (const c of channels)
+      for (const n of P2P_SIZES) {
+        const [p, r] = p2p.get(c)!.get(n)!;
+        const g = t?.p2p.get(n);
+        const cell = (s: number | undefined) =>
+          s === undefined ? "-" : n >= 4_000_000 ? `${fmtTime(s)} (${gbs(2 * n, s)})` : fmtTime(s);
+        console.log(
+          `${c}, ${fmtBytes(n)}`.padEnd(26) +
+            [cell(p), cell(r), ratio(r / p), cell(g), ratio(g === undefined ? undefined : g / p)]
+              .map((x) => x.padStart(24))
+              .join(""),
+        );
+      }
+    console.log("(ratios: > 1 means tprpc p2p is faster; gloo has one transport, tcp)");
+    console.log("");
+  }
   const head2 =
     "allReduce (sum), bus bandwidth".padEnd(30) +
     ["tprpc", "tprpc pipes (ring)", "gloo", "tprpc / gloo", "pipes / gloo", "tprpc / pipes"]

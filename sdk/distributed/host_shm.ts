@@ -117,21 +117,21 @@ export async function hostState(c: HostCtx, exchange: Exchange): Promise<HostSta
   const cards = await exchange(c, card, "hs1");
   const regions: ArrayBuffer[] = [];
   // NB: members in one process (agents of a test group) would wait on each other on one thread
-  const pids = new Set(cards.map((t) => (t.storage.data as Int32Array)[0]));
+  const pids = new Set(cards.map((t) => (t.typedArray() as Int32Array)[0]));
   let ok = own !== null && native !== null && pids.size === n;
   for (let j = 0; j < n && ok; j++) {
     if (j === me) {
       regions.push(own!.buffer);
       continue;
     }
-    const d = cards[j]!.storage.data as Int32Array;
+    const d = cards[j]!.typedArray() as Int32Array; // NB: a received tensor may view a larger buffer
     const peer = d[0]! >= 0 && d[6] === half ? openPeer(native!, d, half) : undefined;
     // NB: the token tells the peer's file from one a reused pid and fd would name
     ok = peer !== undefined && [0, 1, 2, 3].every((i) => new Int32Array(peer, 0, 4)[i] === d[2 + i]);
     if (peer) regions.push(peer);
   }
   const flags = await exchange(c, ints([ok ? 0 : 1]), "hs2");
-  const all = ok && flags.every((f) => (f.storage.data as Int32Array)[0] === 0);
+  const all = ok && flags.every((f) => (f.typedArray() as Int32Array)[0] === 0);
   const st = all ? { half, regions, chunks: 0, broken: false } : null;
   states.set(c.g, st);
   return st;
