@@ -7,10 +7,13 @@
  * 2. tprpc, point-to-point, per cpu channel (shm, cma, tcp; each pinned with TPRPC_CHANNELS / options.channels,
  *    skipped where not viable): this process (rank 0) and one worker; rank 0 sends a float32 tensor and
  *    receives it back (the worker runs a shipped recv-then-send loop). Beside it, rpcSync identity round
- *    trips of the same tensor on the same pipe: the acceptance is p2p no slower than rpcSync at 4 MB.
- * 3. tprpc, allReduce (SUM, in place) in 3 and 4 processes (every channel allowed: shm between local
- *    processes), every rank running the same shipped loop; rank 0's median per call. Bus bandwidth =
- *    bytes / t * 2 (n - 1) / n (nccl-tests' definition), beside gloo's.
+ *    trips of a tensor of the same size on the same pipe, their batches interleaved with the p2p ones: the
+ *    acceptance is p2p no slower than rpcSync at 4 MB.
+ * 3. tprpc, allReduce (SUM, in place) in 3 and 4 processes, every rank running the same shipped loop; rank
+ *    0's median per call, for two algorithms with their trials interleaved: the default (shared memory
+ *    between processes on one host, sdk/distributed/host_shm.ts) and TPRPC_ALLREDUCE_ALGO=pipes (the
+ *    ring/direct algorithms over the channels, as between hosts). Bus bandwidth = bytes / t * 2 (n - 1) / n
+ *    (nccl-tests' definition), beside gloo's. The last lines print the acceptance ratios of issue #18.
  * Timing as bench/reference/timing.py (after a JIT warm-up of both p2p and rpcSync per channel): warm-up,
  * then trials of a batch, the median per call; fewer repetitions with --quick (sizes up to 40 MB then). On a loaded machine the figures move a lot: compare
  * the ratios printed from this one run, never figures from different runs.
@@ -22,7 +25,7 @@ import * as sdk from "../sdk/index.js";
 import { rpc } from "../sdk/index.js";
 import { cmaChannelContext } from "../sdk/channel/cma/index.js";
 import { startLocalWorkers } from "../sdk/rpc/launcher.js";
-import { type Plan, fmtTime, median, now, repoRoot, rpcSyncRoundTrip, warmUp } from "./rpc_common.js";
+import { type Plan, fmtTime, identity, median, now, repoRoot, warmUp } from "./rpc_common.js";
 
 // NB: shipped functions name the SDK `tprpc` on the workers; rank 0 runs the same functions here.
 declare const tprpc: typeof import("../sdk/index.js");
@@ -48,20 +51,35 @@ async function echoLoop(nbytes: number, count: number): Promise<void> {
   }
 }
 
-/** Every rank: median seconds per allReduce of `nbytes` (warm-up, then trials of a batch). */
-async function allReduceLoop(nbytes: number, [warm, trials, batch]: Plan): Promise<number> {
+/**
+ * The allReduce algorithms compared in one run (TPRPC_ALLREDUCE_ALGO on every rank): "auto" is what
+ * a user gets (shared memory between processes on one host), "pipes" the ring/direct algorithms
+ * over the channels (what runs between hosts).
+ */
+const ALGOS = ["auto", "pipes"] as const;
+
+/**
+ * Every rank: median seconds per allReduce of `nbytes`, per algorithm of `algos`. The algorithms'
+ * trials interleave (A, B, A, B, ...), so a load that changes during the run moves both alike.
+ */
+async function allReduceLoop(nbytes: number, [warm, trials, batch]: Plan, algos: readonly string[]): Promise<number[]> {
   const d = tprpc.distributed;
   const t = tprpc.ones([nbytes / 4]);
-  for (let i = 0; i < warm; i++) await d.allReduce(t);
-  const per: number[] = [];
-  for (let k = 0; k < trials; k++) {
-    await d.barrier();
-    const t0 = performance.now();
-    for (let i = 0; i < batch; i++) await d.allReduce(t);
-    per.push((performance.now() - t0) / 1e3 / batch);
+  const per: number[][] = algos.map(() => []);
+  for (const algo of algos) {
+    process.env.TPRPC_ALLREDUCE_ALGO = algo;
+    for (let i = 0; i < warm; i++) await d.allReduce(t);
   }
-  per.sort((a, b) => a - b);
-  return per[per.length >> 1]!;
+  for (let k = 0; k < trials; k++)
+    for (const [a, algo] of algos.entries()) {
+      process.env.TPRPC_ALLREDUCE_ALGO = algo;
+      await d.barrier();
+      const t0 = performance.now();
+      for (let i = 0; i < batch; i++) await d.allReduce(t);
+      per[a]!.push((performance.now() - t0) / 1e3 / batch);
+    }
+  delete process.env.TPRPC_ALLREDUCE_ALGO;
+  return per.map((xs) => xs.sort((x, y) => x - y)[xs.length >> 1]!);
 }
 
 interface Torch {
@@ -118,19 +136,30 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, [nu
       const [warm, trials, batch] = plan(n, quick);
       const echo = rpc.rpcAsync("worker1", echoLoop, [n, warm + trials * batch]);
       const t = sdk.ones([n / 4]);
+      const x = sdk.ones([n / 4]);
       const roundTrip = async () => {
         await sdk.distributed.send(t, 1);
         await sdk.distributed.recv(t, 1);
       };
-      for (let i = 0; i < warm; i++) await roundTrip();
+      for (let i = 0; i < warm; i++) {
+        await roundTrip();
+        await rpc.rpcSync("worker1", identity, [x]);
+      }
+      // NB: p2p and rpcSync batches interleave (the worker serves the rpcSync calls while its echo loop
+      // waits), so a load that changes during the run moves both alike
       const per: number[] = [];
+      const perRpc: number[] = [];
       for (let k = 0; k < trials; k++) {
-        const t0 = now();
+        let t0 = now();
         for (let i = 0; i < batch; i++) await roundTrip();
         per.push((now() - t0) / batch);
+        t0 = now();
+        for (let i = 0; i < batch; i++) await rpc.rpcSync("worker1", identity, [x]);
+        perRpc.push((now() - t0) / batch);
       }
       await echo;
-      out.set(n, [median(per), await rpcSyncRoundTrip("worker1", n, plan(n, quick))]);
+      if (t.min().item() !== 1 || t.max().item() !== 1) throw new Error(`p2p echo of ${n} B came back changed`);
+      out.set(n, [median(per), median(perRpc)]);
     }
     await rpc.shutdown({ timeoutMs: 10_000 });
   } finally {
@@ -140,16 +169,16 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, [nu
   return out;
 }
 
-/** allReduce in `world` processes: bytes -> rank 0's median seconds. */
-async function allReduceIn(world: number, sizes: number[], quick: boolean): Promise<Map<number, number>> {
+/** allReduce in `world` processes: bytes -> rank 0's median seconds per algorithm of ALGOS. */
+async function allReduceIn(world: number, sizes: number[], quick: boolean): Promise<Map<number, number[]>> {
   const cluster = await startLocalWorkers({ workers: world - 1 });
-  const out = new Map<number, number>();
+  const out = new Map<number, number[]>();
   try {
     await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 600_000, initTimeoutMs: 30_000 });
     for (const n of sizes) {
       const p = plan(n, quick);
-      const others = cluster.workers.map((w) => rpc.rpcSync<number>(w.name, allReduceLoop, [n, p]));
-      out.set(n, await allReduceLoop(n, p));
+      const others = cluster.workers.map((w) => rpc.rpcSync<number[]>(w.name, allReduceLoop, [n, p, ALGOS]));
+      out.set(n, await allReduceLoop(n, p, ALGOS));
       await Promise.all(others);
       (globalThis as { gc?: () => void }).gc?.();
     }
@@ -169,53 +198,85 @@ export async function collectivesBench(quick: boolean): Promise<void> {
   const wall = now();
   const torch = process.argv.includes("--no-torch") ? "skipped (--no-torch)" : runTorch(quick);
   const t = typeof torch === "string" ? undefined : torch;
-  const channels = ["shm", "cma", "tcp"].filter((c) => c !== "cma" || !cmaChannelContext.whyNotViable());
+  const channels = process.argv.includes("--no-p2p")
+    ? []
+    : ["shm", "cma", "tcp"].filter((c) => c !== "cma" || !cmaChannelContext.whyNotViable());
   const p2p = new Map<string, Map<number, [number, number]>>();
   for (const c of channels) p2p.set(c, await p2pOver(c, quick));
   const sizes = quick ? SIZES.filter((n) => n <= 40_000_000) : SIZES;
-  const ar = new Map<number, Map<number, number>>();
+  const ar = new Map<number, Map<number, number[]>>();
   for (const w of WORLDS) ar.set(w, await allReduceIn(w, sizes, quick));
 
   console.log("");
   console.log("tprpc bench: tprpc.distributed beside torch.distributed (gloo), local processes, measured in this run");
   console.log(typeof torch === "string" ? `torch reference unavailable (${torch})` : `torch: ${torch.header}`);
-  console.log("round trip = rank 0 sends a float32 tensor to rank 1 and receives it back; GB/s counts both ways");
-  console.log("");
-  const head =
-    "send/recv round trip".padEnd(26) +
-    ["tprpc p2p", "tprpc rpcSync", "p2p vs rpcSync", "gloo", "p2p vs gloo"].map((h) => h.padStart(24)).join("");
-  console.log(head);
-  console.log("-".repeat(head.length));
-  for (const c of channels)
-    for (const n of P2P_SIZES) {
-      const [p, r] = p2p.get(c)!.get(n)!;
-      const g = t?.p2p.get(n);
-      const cell = (s: number | undefined) =>
-        s === undefined ? "-" : n >= 4_000_000 ? `${fmtTime(s)} (${gbs(2 * n, s)})` : fmtTime(s);
-      console.log(
-        `${c}, ${fmtBytes(n)}`.padEnd(26) +
-          [cell(p), cell(r), ratio(r / p), cell(g), ratio(g === undefined ? undefined : g / p)]
-            .map((x) => x.padStart(24))
-            .join(""),
-      );
-    }
-  console.log("(ratios: > 1 means tprpc p2p is faster; gloo has one transport, tcp)");
-  console.log("");
+  if (channels.length > 0) {
+    console.log("round trip = rank 0 sends a float32 tensor to rank 1 and receives it back; GB/s counts both ways");
+    console.log("");
+    const head =
+      "send/recv round trip".padEnd(26) +
+      ["tprpc p2p", "tprpc rpcSync", "p2p vs rpcSync", "gloo", "p2p vs gloo"].map((h) => h.padStart(24)).join("");
+    console.log(head);
+    console.log("-".repeat(head.length));
+    for (const c of channels)
+      for (const n of P2P_SIZES) {
+        const [p, r] = p2p.get(c)!.get(n)!;
+        const g = t?.p2p.get(n);
+        const cell = (s: number | undefined) =>
+          s === undefined ? "-" : n >= 4_000_000 ? `${fmtTime(s)} (${gbs(2 * n, s)})` : fmtTime(s);
+        console.log(
+          `${c}, ${fmtBytes(n)}`.padEnd(26) +
+            [cell(p), cell(r), ratio(r / p), cell(g), ratio(g === undefined ? undefined : g / p)]
+              .map((x) => x.padStart(24))
+              .join(""),
+        );
+      }
+    console.log("(ratios: > 1 means tprpc p2p is faster; gloo has one transport, tcp)");
+    console.log("");
+  }
   const head2 =
-    "allReduce (sum), bus bandwidth".padEnd(34) + ["tprpc", "gloo", "tprpc / gloo"].map((h) => h.padStart(26)).join("");
+    "allReduce (sum), bus bandwidth".padEnd(30) +
+    ["tprpc", "tprpc pipes (ring)", "gloo", "tprpc / gloo", "pipes / gloo", "tprpc / pipes"]
+      .map((h, i) => h.padStart(i < 3 ? 26 : 15))
+      .join("");
   console.log(head2);
   console.log("-".repeat(head2.length));
   for (const w of WORLDS)
     for (const n of sizes) {
-      const s = ar.get(w)!.get(n);
+      const [s, r] = ar.get(w)!.get(n)!;
       const g = t?.allReduce.get(`${w}/${n}`);
       const bus = (x: number | undefined) =>
         x === undefined ? "-" : `${fmtTime(x)} (${gbs((n * 2 * (w - 1)) / w, x)})`;
       console.log(
-        `${w} processes, ${fmtBytes(n)}`.padEnd(34) +
-          [bus(s), bus(g), ratio(s && g ? g / s : undefined)].map((x) => x.padStart(26)).join(""),
+        `${w} processes, ${fmtBytes(n)}`.padEnd(30) +
+          [bus(s), bus(r), bus(g)].map((x) => x.padStart(26)).join("") +
+          [ratio(s && g ? g / s : undefined), ratio(r && g ? g / r : undefined), ratio(s && r ? r / s : undefined)]
+            .map((x) => x.padStart(15))
+            .join(""),
       );
     }
+  console.log(
+    "(tprpc: the default algorithm, shared memory between processes on one host; pipes: TPRPC_ALLREDUCE_ALGO=pipes, " +
+      "the ring/direct algorithms over the channels; their trials interleave in one run)",
+  );
+  console.log("");
+  console.log("acceptance (issue #18):");
+  for (const w of WORLDS)
+    for (const n of [40_000_000, 400_000_000].filter((x) => sizes.includes(x))) {
+      const s = ar.get(w)!.get(n)![0];
+      const g = t?.allReduce.get(`${w}/${n}`);
+      const r = s && g ? g / s : undefined;
+      console.log(
+        `  allReduce ${w} processes ${fmtBytes(n)}: tprpc / gloo bus bandwidth ${ratio(r)} (goal >= 2x) ` +
+          (r === undefined ? "not measured" : r >= 2 ? "MET" : "NOT MET"),
+      );
+    }
+  for (const c of channels) {
+    const [p, r] = p2p.get(c)!.get(4_000_000)!;
+    console.log(
+      `  send/recv 4 MB over ${c}: rpcSync / p2p round trip ${ratio(r / p)} (goal >= 1x) ${r / p >= 1 ? "MET" : "NOT MET"}`,
+    );
+  }
   console.log("");
   console.log(
     `collectives section time ${(now() - wall).toFixed(1)} s${quick ? ", --quick: fewer repetitions, up to 40 MB" : ""}`,

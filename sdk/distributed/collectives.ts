@@ -4,6 +4,10 @@
  *
  * Algorithm by size (the tensor's bytes against TPRPC_RING_MIN_BYTES, default
  * 256 KiB; below, latency dominates, above, bandwidth):
+ * - allReduce, every member a process on this host (TPRPC_ALLREDUCE_ALGO auto, a
+ *   CPU tensor of a dtype the native kernel reduces): through shared memory,
+ *   ./host_shm.ts; the group falls back to the pipe algorithms below when its
+ *   set-up fails anywhere.
  * - allReduce, small: direct. Every member sends its tensor to every other
  *   one, and each reduces the n contributions in rank order, so every rank
  *   computes the same bits. One round, (n-1)·size bytes out per rank.
@@ -26,6 +30,7 @@ import * as raw from "../tensor/raw.js";
 import { Tensor } from "../tensor/tensor.js";
 import { itemSize } from "../tensor/dtype.js";
 import type { ProcessGroup } from "./group.js";
+import { allReduceAlgo, hostAllReduce, hostEligible, hostState } from "./host_shm.js";
 import { type ReduceOp, copyMessage, finishAvg, reduceInto } from "./reduce_op.js";
 
 const DEFAULT_RING_MIN_BYTES = 256 * 1024;
@@ -76,16 +81,30 @@ function recv(
 }
 
 /** Every member at once: `own` goes to everyone else, and `got[j]` receives member j's tensor. */
-async function exchangeAll(c: Ctx, own: (j: number) => Tensor, like: Tensor, got: (Tensor | null)[]): Promise<void> {
+async function exchangeAll(
+  c: Ctx,
+  own: (j: number) => Tensor,
+  like: Tensor,
+  got: (Tensor | null)[],
+  step = "x",
+): Promise<void> {
   const n = c.g.size();
   const me = c.g.rank();
   const ops: Promise<unknown>[] = [];
   for (let j = 0; j < n; j++) {
     if (j === me) continue;
-    ops.push(send(c, own(j), j, "x"));
-    ops.push(recv(c, like, j, "x", (t) => (got[j] = t)));
+    ops.push(send(c, own(j), j, step));
+    ops.push(recv(c, like, j, step, (t) => (got[j] = t)));
   }
   await Promise.all(ops);
+}
+
+/** Every member's `mine` (same shape on all), by position. */
+async function exchangeTensors(c: Ctx, mine: Tensor, step: string): Promise<Tensor[]> {
+  const got: (Tensor | null)[] = new Array<Tensor | null>(c.g.size()).fill(null);
+  got[c.g.rank()] = mine;
+  await exchangeAll(c, () => mine, mine, got, step);
+  return got as Tensor[];
 }
 
 /** Contiguous working copy (or the tensor itself) and how to write it back. */
@@ -156,7 +175,14 @@ async function ringAllReduce(c: Ctx, flat: Tensor, op: ReduceOp): Promise<void> 
 export async function allReduce(c: Ctx, t: Tensor, op: ReduceOp): Promise<void> {
   const n = c.g.size();
   const { flat, writeBack } = working(t);
-  if (n > 1 && bytesOf(t) >= ringMinBytes() && t.numel() >= n) {
+  const algo = allReduceAlgo();
+  const host =
+    n > 1 && algo !== "pipes" && hostEligible(t, op) && (algo === "host" || bytesOf(t) >= ringMinBytes())
+      ? await hostState(c, exchangeTensors)
+      : null;
+  if (host) {
+    await hostAllReduce(c, host, flat, op, bounds);
+  } else if (n > 1 && bytesOf(t) >= ringMinBytes() && t.numel() >= n) {
     await ringAllReduce(c, flat, op);
   } else if (n > 1) {
     const got: (Tensor | null)[] = new Array<Tensor | null>(n).fill(null);

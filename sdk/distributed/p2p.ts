@@ -20,7 +20,8 @@
  *    in frame order, to this agent's Mailbox (./mailbox.ts), which matches it
  *    against posted receives or holds it. A message the mailbox refuses
  *    (TPRPC_P2P_HOLD_BYTES) or a malformed one is kept as a refusal that
- *    fails the receive matching it with the DistributedError.
+ *    fails the receive matching it with the DistributedError. A large receive
+ *    into a whole contiguous storage adopts the received buffer (receiveInto).
  * 4. A send fails with RpcTimeoutError after its timeout, and with
  *    WorkerUnavailableError when the pipe to the peer closes first.
  * 5. Receives are bounded by the same default timeout (the agent's RPC
@@ -54,12 +55,15 @@ function wireView(t: Tensor): Tensor {
 export class P2P {
   readonly rank: number;
   readonly mailbox: Mailbox;
+  /** Ranks that left the group, with their names (./host_shm.ts's waits check it). */
+  readonly gone = new Map<number, string>();
 
   private constructor(readonly agent: Agent) {
     this.rank = agent.workerInfo().id;
     this.mailbox = new Mailbox(this.rank);
     agent.membership.onLeave((w) => {
       debug(1, "distributed", `rank ${w.id} (${w.name}) left: failing what waits on it`);
+      this.gone.set(w.id, w.name);
       this.mailbox.peerGone(
         w.id,
         () =>
@@ -151,13 +155,40 @@ export class P2P {
         src,
         tag,
         expect: { shape: into.shape, dtype: into.dtype, device: into.device.toString() },
-        consume: (t) => copyMessage(into, t),
+        consume: (t) => receiveInto(into, t),
         dependsOn: null,
         what,
       },
       timeoutMs,
     );
   }
+}
+
+/** Receives of at least this many bytes may adopt the received buffer instead of copying it. */
+const ADOPT_MIN_BYTES = 64 << 10;
+
+/**
+ * into = x for a user's receive. When `into` is a contiguous CPU tensor over its whole storage (not in
+ * shared memory) and `x` is the same over a buffer of its own (a landing block the shm channel wrote,
+ * or the buffer the channel received into), `into`'s storage adopts x's memory instead of a copy:
+ * the same values, one copy per message as an RPC reply has, not two. Else one copy.
+ */
+function receiveInto(into: Tensor, x: Tensor): void {
+  const d = x.storage.device.type === "cpu" ? x.storage.data : null;
+  const whole = (t: Tensor) =>
+    t.device.type === "cpu" && t.offset === 0 && t.isContiguous() && t.numel() === t.storage.data.length;
+  if (
+    d !== null &&
+    into.dtype === x.dtype &&
+    d.byteLength >= ADOPT_MIN_BYTES &&
+    d.byteOffset === 0 &&
+    d.byteLength === d.buffer.byteLength &&
+    whole(into) &&
+    whole(x) &&
+    !into.storage.isShared
+  )
+    into.storage.adoptHost_(d);
+  else copyMessage(into, x);
 }
 
 /** The receiver's end of every message (the pipe's serving code calls it in frame order; never throws). */

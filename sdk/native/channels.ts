@@ -119,6 +119,19 @@ export interface NativeChannels {
   shareAlloc(byteLength: number): ArrayBuffer;
   /** Whether the view's bytes lie in shared memory made by shareAlloc or received from a peer that way. */
   isShared(view: ArrayBufferView): boolean;
+  /** A zero-filled region of shared memory a peer on this host can map (native/src/channels/host_region.cc): the buffer, and the pid and descriptor that name it. */
+  hostRegionCreate(byteLength: number): { buffer: ArrayBuffer; pid: number; fd: number };
+  /** Maps a peer's region (its pid and descriptor) read-write; NativeError EREGION when it cannot (another host or uid, the peer gone). */
+  hostRegionOpen(pid: number, fd: number, byteLength: number): ArrayBuffer;
+  /**
+   * out = inputs[0] op inputs[1] op ... elementwise, in list order (op 0 sum, 1 product, 2 max, 3 min); same-kind
+   * typed arrays of one length. `threads` 1: on the calling thread alone; more or undefined: the kernel pool.
+   */
+  reduceN(op: number, out: ArrayBufferView, inputs: ArrayBufferView[], threads?: number): void;
+  /** Stores a progress counter (uint32 at byteOffset of a region) and wakes its waiters in every process. */
+  hostPost(buffer: ArrayBuffer, byteOffset: number, value: number): void;
+  /** Blocks until every buffer's counter at byteOffset reached `target` (true), or timeoutMs passed (false). */
+  hostWait(buffers: ArrayBuffer[], byteOffset: number, target: number, timeoutMs: number): boolean;
   cmaProbeWord(): NativeCmaProbe;
   cmaCheck(pid: number, address: number, value: number): NativeCmaCheck;
   /** Fills `dest` (its whole length) from `address` in process `pid`. */
@@ -177,6 +190,11 @@ type RawChannels = {
   shmRingBytes: number;
   shareAlloc(byteLength: number): ArrayBuffer;
   isShared(view: ArrayBufferView): boolean;
+  hostRegionCreate(byteLength: number): { buffer: ArrayBuffer; pid: number; fd: number };
+  hostRegionOpen(pid: number, fd: number, byteLength: number): ArrayBuffer;
+  reduceN(op: number, out: ArrayBufferView, inputs: ArrayBufferView[], threads?: number): void;
+  hostPost(buffer: ArrayBuffer, byteOffset: number, value: number): void;
+  hostWait(buffers: ArrayBuffer[], byteOffset: number, target: number, timeoutMs: number): boolean;
   cmaProbeWord(): NativeCmaProbe;
   cmaCheck(pid: number, address: number, value: number): NativeCmaCheck;
   cmaRead(pid: number, address: number, dest: ArrayBufferView): Promise<number>;
@@ -238,6 +256,11 @@ export function nativeChannels(): NativeChannels | null {
     shmRingBytes: raw.shmRingBytes,
     shareAlloc: (n) => sync(() => raw.shareAlloc(n)),
     isShared: (v) => raw.isShared(v),
+    hostRegionCreate: (n) => sync(() => raw.hostRegionCreate(n)),
+    hostRegionOpen: (pid, fd, n) => sync(() => raw.hostRegionOpen(pid, fd, n)),
+    reduceN: (op, out, inputs, threads) => sync(() => raw.reduceN(op, out, inputs, threads)),
+    hostPost: (b, off, v) => sync(() => raw.hostPost(b, off, v)),
+    hostWait: (bs, off, target, ms) => sync(() => raw.hostWait(bs, off, target, ms)),
     cmaProbeWord: () => sync(() => raw.cmaProbeWord()),
     cmaCheck: (pid, address, value) => sync(() => raw.cmaCheck(pid, address, value)),
     cmaRead: (pid, address, dest) => typed(sync(() => raw.cmaRead(pid, address, dest))).then(() => undefined),

@@ -102,6 +102,18 @@ export class Storage {
     this.host = arr;
   }
 
+  /**
+   * @internal Makes `arr` (same dtype and length, owned by nobody else) this storage's memory, in place of
+   * a copy into it: tprpc.distributed's receive of a whole-storage tensor adopts the received buffer.
+   * Every view of this storage sees it, as after shareMemory_.
+   */
+  adoptHost_(arr: StorageArray): void {
+    if (this.host === null || arr.length !== this.numel || arr.constructor !== this.host.constructor)
+      throw new DeviceError(`adoptHost_: a ${arr.constructor.name} of ${arr.length} elements cannot back this storage`);
+    this.host = arr;
+    this.version++;
+  }
+
   get byteLength(): number {
     return this.numel * itemSize(this.dtype);
   }

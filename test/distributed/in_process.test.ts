@@ -53,6 +53,34 @@ describe("point-to-point", () => {
     ]);
   });
 
+  it("a large receive into a whole contiguous storage adopts the received buffer; others copy", async () => {
+    const n = 40_000; // 160 KB: from 64 KiB
+    const whole = zeros([n]);
+    const alias = whole.view([200, 200]); // same storage
+    const before = whole.storage.data;
+    const v0 = whole.storage.version;
+    const part = zeros([n + 2]).narrow(0, 1, n);
+    const partData = part.storage.data;
+    const shared = zeros([n]);
+    shared.shareMemory_();
+    await Promise.all([
+      as(1, () => dist.send(arange(n).float(), 0, { tag: 40 })),
+      as(1, () => dist.send(arange(n).float().mul(2), 0, { tag: 41 })),
+      as(1, () => dist.send(arange(n).float().mul(3), 0, { tag: 42 })),
+      as(0, () => dist.recv(whole, 1, { tag: 40 })),
+      as(0, () => dist.recv(part, 1, { tag: 41 })),
+      as(0, () => dist.recv(shared, 1, { tag: 42 })),
+    ]);
+    expect(whole.storage.data).not.toBe(before); // adopted
+    expect(whole.storage.version).toBeGreaterThan(v0);
+    expect(whole.sub(arange(n).float()).abs().max().item()).toBe(0);
+    expect(alias.flatten().sub(arange(n).float()).abs().max().item()).toBe(0); // views see it
+    expect(part.storage.data).toBe(partData); // a view of part of a storage: copied into
+    expect(part.sub(arange(n).float().mul(2)).abs().max().item()).toBe(0);
+    expect(shared.isShared()).toBe(true); // shared memory stays shared
+    expect(shared.sub(arange(n).float().mul(3)).abs().max().item()).toBe(0);
+  });
+
   it("a message sent before its receive is held until the receive matches it", async () => {
     await as(1, () => dist.send(tprpc.tensor([7, 8], { dtype: "float32" }), 0, { tag: 3 }));
     const y = zeros([2]);

@@ -11,6 +11,7 @@ namespace channels {
 void RegisterShm(Napi::Env env, Napi::Object ns);
 void RegisterCma(Napi::Env env, Napi::Object ns);
 void RegisterUcx(Napi::Env env, Napi::Object ns);
+void RegisterHostRegion(Napi::Env env, Napi::Object ns);
 }  // namespace channels
 
 void RegisterChannels(Napi::Env env, Napi::Object exports) {
@@ -18,6 +19,7 @@ void RegisterChannels(Napi::Env env, Napi::Object exports) {
   channels::RegisterShm(env, ns);
   channels::RegisterCma(env, ns);
   channels::RegisterUcx(env, ns);
+  channels::RegisterHostRegion(env, ns);
   auto ref = std::make_shared<Napi::ObjectReference>(Napi::Persistent(ns));
   exports.Set("channels", Napi::Function::New(env, [ref](const Napi::CallbackInfo&) -> Napi::Value { return ref->Value(); }));
 }
