@@ -10,7 +10,7 @@
 import { IndexError } from "../../../errors/index.js";
 import type { DType, StorageArray } from "../../dtype.js";
 import { isContiguous, numelOf } from "../../shape.js";
-import type { AdamStepArgs, Backend, BinaryOp, ReduceOp, TensorView, UnaryOp } from "../interface.js";
+import type { AdamStepArgs, Backend, BinaryOp, ReduceOp, SgdStepArgs, TensorView, UnaryOp } from "../interface.js";
 import { TsBackend } from "../ts/index.js";
 
 /** A view as the addon parses it (native/src/view.h). */
@@ -72,6 +72,18 @@ export interface NativeKernels {
     eps: number,
     negStepSize: number,
     maximize: boolean,
+  ): void;
+  sgdStep(
+    p: KernelView,
+    grad: KernelView,
+    buf: KernelView | null,
+    lr: number,
+    momentum: number,
+    dampening: number,
+    weightDecay: number,
+    nesterov: boolean,
+    maximize: boolean,
+    first: boolean,
   ): void;
 }
 
@@ -305,5 +317,26 @@ export class NativeBackend implements Backend {
         h.maximize,
       );
     else this.ts.adamStep(p, grad, expAvg, expAvgSq, maxExpAvgSq, h);
+  }
+
+  sgdStep(p: TensorView, grad: TensorView, buf: TensorView | null, h: SgdStepArgs): boolean {
+    // NB: no size threshold, as adamStep: one call replaces up to a dozen
+    const n = numelOf(p.shape);
+    const fits = (t: TensorView | null) =>
+      t === null || (t.dtype === p.dtype && numelOf(t.shape) === n && isContiguous(t.shape, t.strides));
+    if (!this.floats(p) || !fits(p) || !fits(grad) || !fits(buf)) return false;
+    this.k.sgdStep(
+      kv(p),
+      kv(grad),
+      buf && kv(buf),
+      h.lr,
+      h.momentum,
+      h.dampening,
+      h.weightDecay,
+      h.nesterov,
+      h.maximize,
+      h.first,
+    );
+    return true;
   }
 }
