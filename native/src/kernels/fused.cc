@@ -5,6 +5,7 @@
 // Threads: parsing and the loops run on the JS thread. NB: both are
 // memory-bound single passes over at most a few MB; the pool's hand-off
 // would cost more than it saves at the sizes a training step has.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/common.h"
@@ -96,25 +97,39 @@ struct SgdArgs {
 
 // torch.optim.SGD's single-tensor update, op for op as sdk/optim/sgd.ts writes it with tensor ops
 // (each line one op rounded to T, scalars rounded to T as a scalar operand is; no FMA contraction).
+// NB: in blocks, one plain loop per line, so every loop vectorizes (a loop testing the options per
+// element did not: 6% of a FedAvg step in perf, a third of its GEMMs).
 template <typename T>
 void SgdLoop(T* p, const T* grad, T* buf, int64_t n, const SgdArgs& a) {
   const T wd = static_cast<T>(a.weightDecay), mom = static_cast<T>(a.momentum),
           keep = static_cast<T>(1 - a.dampening), negLr = static_cast<T>(-a.lr);
   const bool useBuf = buf != nullptr && a.momentum != 0, scaled = (1 - a.dampening) != 1;
-  for (int64_t i = 0; i < n; ++i) {
-    T d = a.maximize ? -grad[i] : grad[i];
-    if (a.weightDecay != 0) d = d + p[i] * wd;
+  constexpr int64_t kBlock = 1024;
+  T d[kBlock];
+  for (int64_t s = 0; s < n; s += kBlock) {
+    const int64_t m = std::min(kBlock, n - s);
+    T* ps = p + s;
+    const T* gs = grad + s;
+    if (a.maximize)
+      for (int64_t j = 0; j < m; ++j) d[j] = -gs[j];
+    else
+      for (int64_t j = 0; j < m; ++j) d[j] = gs[j];
+    if (a.weightDecay != 0)
+      for (int64_t j = 0; j < m; ++j) d[j] = d[j] + ps[j] * wd;
     if (useBuf) {
-      T b;
-      if (a.first) b = d;
-      else {
-        b = buf[i] * mom;
-        b = scaled ? b + d * keep : b + d;
-      }
-      buf[i] = b;
-      d = a.nesterov ? d + b * mom : b;
+      T* bs = buf + s;
+      if (a.first)
+        for (int64_t j = 0; j < m; ++j) bs[j] = d[j];
+      else if (scaled)
+        for (int64_t j = 0; j < m; ++j) bs[j] = bs[j] * mom + d[j] * keep;
+      else
+        for (int64_t j = 0; j < m; ++j) bs[j] = bs[j] * mom + d[j];
+      if (a.nesterov)
+        for (int64_t j = 0; j < m; ++j) d[j] = d[j] + bs[j] * mom;
+      else
+        for (int64_t j = 0; j < m; ++j) d[j] = bs[j];
     }
-    p[i] = p[i] + d * negLr;
+    for (int64_t j = 0; j < m; ++j) ps[j] = ps[j] + d[j] * negLr;
   }
 }
 
