@@ -11,6 +11,10 @@
  *    into `.grad`; distributed autograd passes its per-context map).
  * 5. A node's gradient contributions are summed into one engine-owned buffer
  *    (in place from the third on; see sumInto).
+ * 6. With the default accumulation, a leaf whose .grad is null takes its gradient without a copy
+ *    when only the engine can hold it: a whole contiguous storage made during this pass (so no
+ *    saved tensor or user tensor), handed to exactly one edge (not also passed on, nor a view of
+ *    the node's own incoming gradient), and seen by no hook.
  *
  * Backward rules run with grad mode off. Nodes free their saved tensors after
  * running unless retainGraph is set.
@@ -20,6 +24,7 @@ import { arraysEqual } from "../util/index.js";
 import { getBackend } from "../tensor/backend/registry.js";
 import * as raw from "../tensor/raw.js";
 import type { Tensor } from "../tensor/tensor.js";
+import { type Storage, nextStorageSerial } from "../tensor/storage.js";
 import { noGrad } from "./grad_mode.js";
 import { AccumulateGrad, type Node, gradEdge } from "./node.js";
 
@@ -68,10 +73,12 @@ function runHooks(hooks: readonly ((g: Tensor) => Tensor | undefined | void)[], 
  * (so micro-batches accumulate without a new tensor each), unless .grad was replaced by one that
  * is not such a plain tensor (another shape or dtype, a view, part of a graph).
  */
-export function accumulateIntoGrad(leaf: Tensor, grad: Tensor): void {
+export function accumulateIntoGrad(leaf: Tensor, grad: Tensor, owned = false): void {
   const cur = leaf.grad;
   if (cur === null) {
-    leaf.grad = raw.copyAs(grad);
+    // NB: `owned`: the engine made this gradient during this pass and nothing else holds it (see
+    // runBackward): it becomes .grad itself, as torch's AccumulateGrad steals a gradient no one shares
+    leaf.grad = owned ? grad : raw.copyAs(grad);
     return;
   }
   // NB: a plain tensor: its own whole storage (no other view can see the write), outside any graph
@@ -93,6 +100,22 @@ export function accumulateIntoGrad(leaf: Tensor, grad: Tensor): void {
 /** Runs the graph from the given nodes with the given gradients (used by backward() and distributed autograd). */
 export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = {}): void {
   const accumulate = opts.accumulate ?? accumulateIntoGrad;
+  const steal = opts.accumulate === undefined;
+  const since = nextStorageSerial();
+  /** How many edges (or hooks) each storage made during this pass was handed to. */
+  const handed = new Map<Storage, number>();
+  const hand = (t: Tensor, k = 1) => {
+    if (t.storage.serial >= since) handed.set(t.storage, (handed.get(t.storage) ?? 0) + k);
+  };
+  /** Whether `g` can become a leaf's .grad as it is (point 6 above). */
+  const stealable = (g: Tensor, sum: boolean) =>
+    g.storage.serial >= since &&
+    (sum ? !handed.has(g.storage) : handed.get(g.storage) === 1) &&
+    g.offset === 0 &&
+    g.base === null &&
+    !g.requiresGrad &&
+    g.storage.length === g.numel() &&
+    g.isContiguous();
   const deps = new Map<Node, number>();
   const seen = new Set<Node>();
   const stack = roots.map((r) => r.node);
@@ -121,16 +144,22 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
       let grad = buffers.get(node);
       buffers.delete(node);
       // NB: handed to the node now (which may save it or pass it on): no longer the engine's alone
-      if (grad !== undefined) owned.delete(grad);
+      const sum = grad !== undefined && owned.delete(grad);
       let outs: (Tensor | null)[] = node.next.map(() => null);
       if (grad !== undefined) {
         if (node instanceof AccumulateGrad) {
-          accumulate(node.variable, runHooks(node.variable.gradHooks, grad));
+          const hooks = node.variable.gradHooks;
+          if (steal && hooks.length === 0) accumulateIntoGrad(node.variable, grad, stealable(grad, sum));
+          else accumulate(node.variable, runHooks(hooks, grad));
         } else {
-          grad = runHooks(node.outputHooks, grad);
+          if (node.outputHooks.length > 0) {
+            grad = runHooks(node.outputHooks, grad);
+            hand(grad, 2); // a hook may keep it
+          }
           const keep = node.retainGradOf?.deref();
           if (keep) keep.grad = keep.grad ? raw.binary("add", keep.grad, grad) : raw.copyAs(grad);
           outs = node.apply(grad);
+          for (const g of outs) if (g) hand(g, g.storage === grad.storage ? 2 : 1);
           if (!opts.retainGraph) node.release();
         }
       }

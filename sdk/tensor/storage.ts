@@ -19,9 +19,18 @@ import type { DeviceMemory } from "./backend/interface.js";
 /** Storages at least this many elements long may come from the backend's allocator. */
 const LARGE = 1 << 14;
 
+let serials = 0;
+
+/** The serial the next storage will get: storages made after this call have serial >= it. */
+export function nextStorageSerial(): number {
+  return serials;
+}
+
 export class Storage {
   /** Bumped by every in-place write through any view of this storage. */
   version = 0;
+  /** Creation order (the autograd engine tells gradients made during a backward pass by it). */
+  readonly serial = serials++;
   /** NB: replaced only by shareMemory_ (same values, new memory). */
   private host: StorageArray | null;
   /** The device memory behind a non-CPU storage; null on the CPU. */
@@ -49,7 +58,7 @@ export class Storage {
       throw new DeviceError(`${numel} ${dtype} elements do not fit in ${memory.byteLength} bytes of device memory`);
     const s = Object.create(Storage.prototype) as Storage;
     // NB: the constructor only builds CPU storages; device storages set the same fields here.
-    Object.assign(s, { version: 0, host: null, memory, numel, dtype, device: memory.device });
+    Object.assign(s, { version: 0, serial: serials++, host: null, memory, numel, dtype, device: memory.device });
     return s;
   }
 
