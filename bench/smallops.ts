@@ -34,6 +34,7 @@ import { getBackend as currentRouter, registerBackend, setBackend } from "../sdk
 import type { Backend } from "../sdk/tensor/backend/interface.js";
 import { Storage } from "../sdk/tensor/storage.js";
 import { type DType, itemSize } from "../sdk/tensor/dtype.js";
+import { poolStats } from "../sdk/tensor/pool.js";
 
 const argv = process.argv;
 const arg = (name: string, dflt: string): string => {
@@ -267,6 +268,8 @@ class Torch {
 interface Acc {
   calls: number;
   ms: number;
+  /** The fastest call (a floor that preemption on a loaded machine does not inflate). */
+  min?: number;
 }
 
 /** A backend that forwards to `inner` and times each call by method and op. */
@@ -280,15 +283,13 @@ function profiled(inner: Backend, acc: Map<string, Acc>): Backend {
       const t0 = performance.now();
       fn(...a);
       const dt = performance.now() - t0;
-      const out = a[a.length - 1] as { shape?: number[] } | undefined;
+      const out = (typeof a[a.length - 1] === "object" ? a[a.length - 1] : a[a.length - 2]) as { shape?: number[] };
       const opName = typeof a[0] === "string" ? `${key}:${a[0]}` : key;
-      let numel = 0;
-      for (const x of a) if (x && typeof x === "object" && "shape" in x) numel = Math.max(numel, numelOf(x as Tensor));
-      void out;
-      const k = `${opName} ${numel >= 4096 ? "big" : "small"}`;
-      const e = acc.get(k) ?? { calls: 0, ms: 0 };
+      const k = `${opName} ${shapeOf(out)}`;
+      const e = acc.get(k) ?? { calls: 0, ms: 0, min: Infinity };
       e.calls++;
       e.ms += dt;
+      e.min = Math.min(e.min!, dt);
       acc.set(k, e);
     };
   }
@@ -328,10 +329,8 @@ function countAllocations(): { count: number; bytes: number; big: number; bigByt
   return r;
 }
 
-function numelOf(t: { shape: readonly number[] }): number {
-  let n = 1;
-  for (const d of t.shape) n *= d;
-  return n;
+function shapeOf(t: { shape?: readonly number[] } | null | undefined): string {
+  return t?.shape ? `[${t.shape.join(",")}]` : "";
 }
 
 function profile(name: string): void {
@@ -360,6 +359,7 @@ function profile(name: string): void {
   obs.observe({ entryTypes: ["gc"] });
   const heap0 = process.memoryUsage();
   const allocs = countAllocations();
+  const pool0 = poolStats();
   const c0 = process.cpuUsage();
   const t0 = performance.now();
   const units = runsPer[name]!;
@@ -367,6 +367,7 @@ function profile(name: string): void {
   const total = performance.now() - t0;
   const cpu = process.cpuUsage(c0);
   allocs.stop();
+  const pool1 = poolStats();
   const heap1 = process.memoryUsage();
   setBackend(inner.name);
   return void setTimeout(() => {
@@ -384,11 +385,14 @@ function profile(name: string): void {
         [...kinds.entries()].map(([k, a]) => `${a.calls} ${k} ${a.ms.toFixed(1)} ms`).join(", "),
       `  storages allocated: ${(allocs.count / n).toFixed(1)} per ${w.unit}, ${(allocs.bytes / n / 1e3).toFixed(1)} kB per ${w.unit} ` +
         `(${(allocs.bigBytes / n / 1e3).toFixed(1)} kB in ${(allocs.big / n).toFixed(1)} of >= 64 kB); ` +
-        `heap ${((heap1.heapUsed - heap0.heapUsed) / 1e6).toFixed(1)} MB net`,
+        `heap ${((heap1.heapUsed - heap0.heapUsed) / 1e6).toFixed(1)} MB net; ` +
+        `recycled by the engine (sdk/tensor/pool.ts): ${((pool1.releases - pool0.releases) / n).toFixed(1)} given back, ` +
+        `${((pool1.reuses - pool0.reuses) / n).toFixed(1)} reused per ${w.unit}`,
     ];
-    for (const [k, e] of rows.slice(0, 14))
+    lines.push(`    ${"kernel, output shape".padEnd(40)} calls/${w.unit}  ms/${w.unit}  share  fastest call x calls (ms)`);
+    for (const [k, e] of rows.slice(0, 20))
       lines.push(
-        `    ${k.padEnd(34)} ${(e.calls / n).toFixed(1).padStart(7)} calls ${(e.ms / n).toFixed(4).padStart(9)} ms  ${((100 * e.ms) / total).toFixed(1).padStart(5)}%`,
+        `    ${k.padEnd(40)} ${(e.calls / n).toFixed(1).padStart(7)} ${(e.ms / n).toFixed(4).padStart(9)} ${((100 * e.ms) / total).toFixed(1).padStart(5)}%  ${((e.min! * e.calls) / n).toFixed(4)}`,
       );
     process.stdout.write(lines.join("\n") + "\n");
   }, 0);
@@ -409,8 +413,8 @@ async function main(): Promise<void> {
     const ours: Record<string, Workload> = {};
     for (const name of ONLY) {
       ours[name] = makers[name]!();
-      ours[name].run(Math.max(1, Math.floor(runsPer[name]! / 4))); // warm-up
-      if (torch) await torch.ask(`setup ${name}`);
+      ours[name].run(2 * runsPer[name]!); // warm-up: JIT tiers and heap sizes settle over the first hundreds of ops
+      if (torch) await torch.ask(`setup ${name} ${2 * runsPer[name]!}`);
     }
     const results: Record<string, { ours: number[]; torch: number[]; oursCpu: number[]; torchCpu: number[] }> = {};
     for (let r = 0; r < ROUNDS; r++) {

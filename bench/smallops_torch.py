@@ -1,6 +1,6 @@
 # The PyTorch side of bench/smallops.ts: the same three workloads (FedAvg client steps, GPT
 # micro-batches, A3C actor updates with a local server), run on command so the two sides interleave.
-# Protocol on stdin/stdout, one line each: "setup NAME" -> "ok"; "run NAME N" -> {"ms": wall, "cpu": process CPU, "n": units}.
+# Protocol on stdin/stdout, one line each: "setup NAME WARMUP" -> "ok"; "run NAME N" -> {"ms": wall, "cpu": process CPU, "n": units}.
 # Run: /usr/bin/python3 bench/smallops_torch.py THREADS
 import json, math, random, sys, time
 
@@ -192,7 +192,7 @@ def main():
             continue
         if cmd[0] == "setup":
             work[cmd[1]] = {"fedavg": fedavg, "gpt": gpt, "a3c": a3c}[cmd[1]]()
-            work[cmd[1]](1 if cmd[1] != "fedavg" else 25)  # warm-up
+            work[cmd[1]](int(cmd[2]) if len(cmd) > 2 else 1)  # warm-up
             print("ok", flush=True)
         elif cmd[0] == "run":
             t0, c0 = time.perf_counter(), time.process_time()

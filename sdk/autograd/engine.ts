@@ -15,6 +15,11 @@
  *    when only the engine can hold it: a whole contiguous storage made during this pass (so no
  *    saved tensor or user tensor), handed to exactly one edge (not also passed on, nor a view of
  *    the node's own incoming gradient), and seen by no hook.
+ * 7. Likewise a gradient made during this pass and handed to one built-in node alone (no hook, not
+ *    passed on as it is or as a view) is dead once that node has run: its buffer goes back to the
+ *    output pool (sdk/tensor/pool.ts), so backward reuses memory instead of piling it up for the GC.
+ *    Nodes recorded by user code (autograd.recordOp) and other Node kinds (distributed autograd's)
+ *    are never recycled from.
  *
  * Backward rules run with grad mode off. Nodes free their saved tensors after
  * running unless retainGraph is set.
@@ -24,9 +29,9 @@ import { arraysEqual } from "../util/index.js";
 import { getBackend } from "../tensor/backend/registry.js";
 import * as raw from "../tensor/raw.js";
 import type { Tensor } from "../tensor/tensor.js";
-import { type Storage, nextStorageSerial } from "../tensor/storage.js";
 import { noGrad } from "./grad_mode.js";
-import { AccumulateGrad, type Node, gradEdge } from "./node.js";
+import { GradRefs } from "./grad_refs.js";
+import { AccumulateGrad, FunctionNode, type Node, gradEdge } from "./node.js";
 
 export interface BackwardOptions {
   retainGraph?: boolean;
@@ -48,13 +53,20 @@ function addGrads(a: Tensor | undefined, b: Tensor): Tensor {
  * engine holds (`owned`); later contributions are added into it in place (an elementwise out may
  * alias an input), so a node with k inputs of gradient allocates one buffer, not k - 1.
  */
-function sumInto(owned: Set<Tensor>, a: Tensor | undefined, b: Tensor): Tensor {
+function sumInto(owned: Set<Tensor>, refs: GradRefs, a: Tensor | undefined, b: Tensor): Tensor {
   if (a !== undefined && owned.has(a) && a.dtype === b.dtype && arraysEqual(a.shape, b.shape)) {
     getBackend().binary("add", a, b, a);
+    refs.consume(b);
     return a;
   }
   const sum = addGrads(a, b);
-  if (a !== undefined) owned.add(sum);
+  if (a !== undefined) {
+    owned.add(sum);
+    owned.delete(a);
+    refs.hand(sum); // pending in the node's buffer, as a delivered gradient is
+    refs.consume(a);
+    refs.consume(b);
+  }
   return sum;
 }
 
@@ -101,21 +113,7 @@ export function accumulateIntoGrad(leaf: Tensor, grad: Tensor, owned = false): v
 export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = {}): void {
   const accumulate = opts.accumulate ?? accumulateIntoGrad;
   const steal = opts.accumulate === undefined;
-  const since = nextStorageSerial();
-  /** How many edges (or hooks) each storage made during this pass was handed to. */
-  const handed = new Map<Storage, number>();
-  const hand = (t: Tensor, k = 1) => {
-    if (t.storage.serial >= since) handed.set(t.storage, (handed.get(t.storage) ?? 0) + k);
-  };
-  /** Whether `g` can become a leaf's .grad as it is (point 6 above). */
-  const stealable = (g: Tensor, sum: boolean) =>
-    g.storage.serial >= since &&
-    (sum ? !handed.has(g.storage) : handed.get(g.storage) === 1) &&
-    g.offset === 0 &&
-    g.base === null &&
-    !g.requiresGrad &&
-    g.storage.length === g.numel() &&
-    g.isContiguous();
+  const refs = new GradRefs();
   const deps = new Map<Node, number>();
   const seen = new Set<Node>();
   const stack = roots.map((r) => r.node);
@@ -134,6 +132,7 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
   const buffers = new Map<Node, Tensor>();
   const owned = new Set<Tensor>();
   for (const r of roots) buffers.set(r.node, addGrads(buffers.get(r.node), r.grad));
+  for (const b of buffers.values()) refs.hand(b); // a sum of two roots' gradients is the engine's
   const ready: Node[] = [...new Set(roots.map((r) => r.node))].filter((n) => !deps.get(n));
   noGrad(() => {
     while (ready.length) {
@@ -144,33 +143,49 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
       let grad = buffers.get(node);
       buffers.delete(node);
       // NB: handed to the node now (which may save it or pass it on): no longer the engine's alone
-      const sum = grad !== undefined && owned.delete(grad);
+      if (grad !== undefined) owned.delete(grad);
       let outs: (Tensor | null)[] = node.next.map(() => null);
+      // a node recorded by user code (or of another kind) may keep what it is given or hands on
+      const builtin = node instanceof FunctionNode && !node.custom;
       if (grad !== undefined) {
         if (node instanceof AccumulateGrad) {
           const hooks = node.variable.gradHooks;
-          if (steal && hooks.length === 0) accumulateIntoGrad(node.variable, grad, stealable(grad, sum));
-          else accumulate(node.variable, runHooks(hooks, grad));
+          if (steal && hooks.length === 0) {
+            const take = refs.sole(grad);
+            accumulateIntoGrad(node.variable, grad, take);
+            if (take) refs.escape(grad);
+            else refs.consume(grad);
+          } else {
+            refs.escape(grad);
+            accumulate(node.variable, runHooks(hooks, grad));
+          }
+          grad = undefined;
         } else {
-          if (node.outputHooks.length > 0) {
+          if (node.outputHooks.length > 0 || !builtin) {
+            refs.escape(grad);
             grad = runHooks(node.outputHooks, grad);
-            hand(grad, 2); // a hook may keep it
+            refs.escape(grad);
           }
           const keep = node.retainGradOf?.deref();
           if (keep) keep.grad = keep.grad ? raw.binary("add", keep.grad, grad) : raw.copyAs(grad);
           outs = node.apply(grad);
-          for (const g of outs) if (g) hand(g, g.storage === grad.storage ? 2 : 1);
           if (!opts.retainGraph) node.release();
         }
       }
       node.next.forEach((next, i) => {
         if (!next) return;
         const g = outs[i];
-        if (g) buffers.set(next, sumInto(owned, buffers.get(next), g));
+        if (g) {
+          if (builtin) refs.hand(g);
+          else refs.escape(g);
+          buffers.set(next, sumInto(owned, refs, buffers.get(next), g));
+        }
         const left = deps.get(next)! - 1;
         deps.set(next, left);
         if (left === 0) ready.push(next);
       });
+      // point 7: this node is done with its gradient (after its outputs were counted: one may be a view of it)
+      if (grad !== undefined) refs.consume(grad);
     }
   });
 }
