@@ -12,7 +12,7 @@
  * are left to GC.
  */
 /** Outputs this large and larger come from, and go back to, the pool (smaller ones are cheap to GC). */
-export const POOL_MIN_BYTES = 1 << 16;
+export const POOL_MIN_BYTES = 1 << 14;
 /** The most bytes the pool keeps by default. */
 export const POOL_MAX_BYTES = 64 << 20;
 let limit = POOL_MAX_BYTES;

@@ -2,7 +2,7 @@
  * Gradients the engine made and consumed during a backward pass go back to the output pool
  * (sdk/autograd/engine.ts point 7, sdk/tensor/pool.ts) and later outputs reuse them. Whatever is
  * recycled, every gradient must be bit for bit what it is with the pool off: here a model with
- * 64 kB+ activations whose backward has pass-through views (reshape, residual adds), a split, a
+ * 16 kB+ activations whose backward has pass-through views (reshape, residual adds), a split, a
  * shared input, a hook and micro-batches accumulating into .grad, on every backend.
  */
 import { afterAll, expect, it } from "vitest";
