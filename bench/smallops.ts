@@ -389,7 +389,9 @@ function profile(name: string): void {
         `recycled by the engine (sdk/tensor/pool.ts): ${((pool1.releases - pool0.releases) / n).toFixed(1)} given back, ` +
         `${((pool1.reuses - pool0.reuses) / n).toFixed(1)} reused per ${w.unit}`,
     ];
-    lines.push(`    ${"kernel, output shape".padEnd(40)} calls/${w.unit}  ms/${w.unit}  share  fastest call x calls (ms)`);
+    lines.push(
+      `    ${"kernel, output shape".padEnd(40)} calls/${w.unit}  ms/${w.unit}  share  fastest call x calls (ms)`,
+    );
     for (const [k, e] of rows.slice(0, 20))
       lines.push(
         `    ${k.padEnd(40)} ${(e.calls / n).toFixed(1).padStart(7)} ${(e.ms / n).toFixed(4).padStart(9)} ${((100 * e.ms) / total).toFixed(1).padStart(5)}%  ${((e.min! * e.calls) / n).toFixed(4)}`,
