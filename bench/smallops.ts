@@ -277,11 +277,13 @@ function profiled(inner: Backend, acc: Map<string, Acc>): Backend {
   const p = Object.create(null) as Record<string, unknown>;
   for (const key of ["copy", "fill", "unary", "binary", "where", "reduce", "argReduce", "matmul", "softmax"]
     .concat(["maskedSoftmax", "softmaxBackward", "indexSelect", "gather", "scatterAdd", "layerNorm"])
-    .concat(["layerNormBackward", "adamStep"])) {
-    const fn = (inner as unknown as Record<string, (...a: unknown[]) => void>)[key]!.bind(inner);
+    .concat(["layerNormBackward", "adamStep", "sgdStep"])) {
+    const f = (inner as unknown as Record<string, ((...a: unknown[]) => unknown) | undefined>)[key];
+    if (!f) continue; // optional kernels (sgdStep) the backend lacks
+    const fn = f.bind(inner);
     p[key] = (...a: unknown[]) => {
       const t0 = performance.now();
-      fn(...a);
+      const r = fn(...a);
       const dt = performance.now() - t0;
       const out = (typeof a[a.length - 1] === "object" ? a[a.length - 1] : a[a.length - 2]) as { shape?: number[] };
       const opName = typeof a[0] === "string" ? `${key}:${a[0]}` : key;
@@ -291,6 +293,7 @@ function profiled(inner: Backend, acc: Map<string, Acc>): Backend {
       e.ms += dt;
       e.min = Math.min(e.min!, dt);
       acc.set(k, e);
+      return r;
     };
   }
   p.name = "profiled";
