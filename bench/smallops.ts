@@ -25,7 +25,7 @@
  */
 import { spawn } from "node:child_process";
 import path from "node:path";
-import { PerformanceObserver } from "node:perf_hooks";
+import { PerformanceObserver, constants } from "node:perf_hooks";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import * as tp from "../sdk/index.js";
@@ -301,7 +301,13 @@ function profiled(inner: Backend, acc: Map<string, Acc>): Backend {
   return p as unknown as Backend;
 }
 
-const GC_KINDS: Record<number, string> = { 1: "minor", 2: "major", 4: "incremental", 8: "weakcb" };
+/** perf_hooks' GC kinds (constants.NODE_PERFORMANCE_GC_*). */
+const GC_KINDS: Record<number, string> = {
+  [constants.NODE_PERFORMANCE_GC_MINOR]: "minor",
+  [constants.NODE_PERFORMANCE_GC_MAJOR]: "major",
+  [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: "incremental marking",
+  [constants.NODE_PERFORMANCE_GC_WEAKCB]: "weak callbacks",
+};
 
 /** Counts storages allocated (and their bytes) until stop(), by wrapping Storage's allocators. */
 function countAllocations(): { count: number; bytes: number; big: number; bigBytes: number; stop(): void } {
