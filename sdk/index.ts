@@ -37,7 +37,7 @@ const native = loadNative();
 const shm = process.platform === "linux" ? nativeChannels() : null;
 if (shm) setSharedMemoryProvider({ alloc: (n) => shm.shareAlloc(n), isShared: (v) => shm.isShared(v) });
 if (native) {
-  const minNumel = Number(process.env.TPRPC_NATIVE_MIN_NUMEL ?? 4096);
+  const minNumel = Number(process.env.TPRPC_NATIVE_MIN_NUMEL ?? 1024);
   const pooled = process.env.TPRPC_NATIVE_POOL === "1";
   registerBackend(
     new NativeBackend(native, {

@@ -11,6 +11,15 @@
  *    into `.grad`; distributed autograd passes its per-context map).
  * 5. A node's gradient contributions are summed into one engine-owned buffer
  *    (in place from the third on; see sumInto).
+ * 6. With the default accumulation, a leaf whose .grad is null takes its gradient without a copy
+ *    when only the engine can hold it: a whole contiguous storage made during this pass (so no
+ *    saved tensor or user tensor), handed to exactly one edge (not also passed on, nor a view of
+ *    the node's own incoming gradient), and seen by no hook.
+ * 7. Likewise a gradient made during this pass and handed to one built-in node alone (no hook, not
+ *    passed on as it is or as a view) is dead once that node has run: its buffer goes back to the
+ *    output pool (sdk/tensor/pool.ts), so backward reuses memory instead of piling it up for the GC.
+ *    Nodes recorded by user code (autograd.recordOp) and other Node kinds (distributed autograd's)
+ *    are never recycled from.
  *
  * Backward rules run with grad mode off. Nodes free their saved tensors after
  * running unless retainGraph is set.
@@ -21,7 +30,8 @@ import { getBackend } from "../tensor/backend/registry.js";
 import * as raw from "../tensor/raw.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { noGrad } from "./grad_mode.js";
-import { AccumulateGrad, type Node, gradEdge } from "./node.js";
+import { GradRefs } from "./grad_refs.js";
+import { AccumulateGrad, FunctionNode, type Node, gradEdge } from "./node.js";
 
 export interface BackwardOptions {
   retainGraph?: boolean;
@@ -43,13 +53,20 @@ function addGrads(a: Tensor | undefined, b: Tensor): Tensor {
  * engine holds (`owned`); later contributions are added into it in place (an elementwise out may
  * alias an input), so a node with k inputs of gradient allocates one buffer, not k - 1.
  */
-function sumInto(owned: Set<Tensor>, a: Tensor | undefined, b: Tensor): Tensor {
+function sumInto(owned: Set<Tensor>, refs: GradRefs, a: Tensor | undefined, b: Tensor): Tensor {
   if (a !== undefined && owned.has(a) && a.dtype === b.dtype && arraysEqual(a.shape, b.shape)) {
     getBackend().binary("add", a, b, a);
+    refs.consume(b);
     return a;
   }
   const sum = addGrads(a, b);
-  if (a !== undefined) owned.add(sum);
+  if (a !== undefined) {
+    owned.add(sum);
+    owned.delete(a);
+    refs.hand(sum); // pending in the node's buffer, as a delivered gradient is
+    refs.consume(a);
+    refs.consume(b);
+  }
   return sum;
 }
 
@@ -68,10 +85,12 @@ function runHooks(hooks: readonly ((g: Tensor) => Tensor | undefined | void)[], 
  * (so micro-batches accumulate without a new tensor each), unless .grad was replaced by one that
  * is not such a plain tensor (another shape or dtype, a view, part of a graph).
  */
-export function accumulateIntoGrad(leaf: Tensor, grad: Tensor): void {
+export function accumulateIntoGrad(leaf: Tensor, grad: Tensor, owned = false): void {
   const cur = leaf.grad;
   if (cur === null) {
-    leaf.grad = raw.copyAs(grad);
+    // NB: `owned`: the engine made this gradient during this pass and nothing else holds it (see
+    // runBackward): it becomes .grad itself, as torch's AccumulateGrad steals a gradient no one shares
+    leaf.grad = owned ? grad : raw.copyAs(grad);
     return;
   }
   // NB: a plain tensor: its own whole storage (no other view can see the write), outside any graph
@@ -93,6 +112,8 @@ export function accumulateIntoGrad(leaf: Tensor, grad: Tensor): void {
 /** Runs the graph from the given nodes with the given gradients (used by backward() and distributed autograd). */
 export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = {}): void {
   const accumulate = opts.accumulate ?? accumulateIntoGrad;
+  const steal = opts.accumulate === undefined;
+  const refs = new GradRefs();
   const deps = new Map<Node, number>();
   const seen = new Set<Node>();
   const stack = roots.map((r) => r.node);
@@ -111,6 +132,7 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
   const buffers = new Map<Node, Tensor>();
   const owned = new Set<Tensor>();
   for (const r of roots) buffers.set(r.node, addGrads(buffers.get(r.node), r.grad));
+  for (const b of buffers.values()) refs.hand(b); // a sum of two roots' gradients is the engine's
   const ready: Node[] = [...new Set(roots.map((r) => r.node))].filter((n) => !deps.get(n));
   noGrad(() => {
     while (ready.length) {
@@ -123,11 +145,27 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
       // NB: handed to the node now (which may save it or pass it on): no longer the engine's alone
       if (grad !== undefined) owned.delete(grad);
       let outs: (Tensor | null)[] = node.next.map(() => null);
+      // a node recorded by user code (or of another kind) may keep what it is given or hands on
+      const builtin = node instanceof FunctionNode && !node.custom;
       if (grad !== undefined) {
         if (node instanceof AccumulateGrad) {
-          accumulate(node.variable, runHooks(node.variable.gradHooks, grad));
+          const hooks = node.variable.gradHooks;
+          if (steal && hooks.length === 0) {
+            const take = refs.sole(grad);
+            accumulateIntoGrad(node.variable, grad, take);
+            if (take) refs.escape(grad);
+            else refs.consume(grad);
+          } else {
+            refs.escape(grad);
+            accumulate(node.variable, runHooks(hooks, grad));
+          }
+          grad = undefined;
         } else {
-          grad = runHooks(node.outputHooks, grad);
+          if (node.outputHooks.length > 0 || !builtin) {
+            refs.escape(grad);
+            grad = runHooks(node.outputHooks, grad);
+            refs.escape(grad);
+          }
           const keep = node.retainGradOf?.deref();
           if (keep) keep.grad = keep.grad ? raw.binary("add", keep.grad, grad) : raw.copyAs(grad);
           outs = node.apply(grad);
@@ -137,11 +175,17 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
       node.next.forEach((next, i) => {
         if (!next) return;
         const g = outs[i];
-        if (g) buffers.set(next, sumInto(owned, buffers.get(next), g));
+        if (g) {
+          if (builtin) refs.hand(g);
+          else refs.escape(g);
+          buffers.set(next, sumInto(owned, refs, buffers.get(next), g));
+        }
         const left = deps.get(next)! - 1;
         deps.set(next, left);
         if (left === 0) ready.push(next);
       });
+      // point 7: this node is done with its gradient (after its outputs were counted: one may be a view of it)
+      if (grad !== undefined) refs.consume(grad);
     }
   });
 }

@@ -35,3 +35,20 @@ export function asView(out: Tensor, of: Tensor): Tensor {
   out.base = of.base ?? of;
   return out;
 }
+
+/**
+ * recordOp for user code (exported as autograd.recordOp): the same, but the engine never recycles
+ * the gradient handed to such a node's backward (a user's closure may keep it; see engine.ts).
+ */
+export function recordCustomOp(
+  name: string,
+  out: Tensor,
+  inputs: readonly unknown[],
+  backward: BackwardFn,
+  saved: readonly Tensor[] = [],
+): Tensor {
+  const before = out.gradFn;
+  const r = recordOp(name, out, inputs, backward, saved);
+  if (r.gradFn !== before && r.gradFn instanceof FunctionNode) r.gradFn.custom = true;
+  return r;
+}

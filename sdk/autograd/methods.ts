@@ -13,7 +13,7 @@ import * as raw from "../tensor/raw.js";
 import { Tensor, type GradHook } from "../tensor/tensor.js";
 import { backward } from "./engine.js";
 import { recordOp } from "./function.js";
-import { inplace } from "./inplace.js";
+import { directBinary, directFill, inplace } from "./inplace.js";
 import type { Node } from "./node.js";
 import * as elementwise from "./ops/elementwise.js";
 import * as indexing from "./ops/indexing.js";
@@ -472,16 +472,16 @@ Object.assign(proto, {
   },
 
   add_(this: Tensor, o: Operand, alpha?: number) {
-    return inplace(this, () => elementwise.add(this, o, alpha));
+    return directBinary(this, "add", o, alpha ?? 1) ?? inplace(this, () => elementwise.add(this, o, alpha));
   },
   sub_(this: Tensor, o: Operand, alpha?: number) {
-    return inplace(this, () => elementwise.sub(this, o, alpha));
+    return directBinary(this, "sub", o, alpha ?? 1) ?? inplace(this, () => elementwise.sub(this, o, alpha));
   },
   mul_(this: Tensor, o: Operand) {
-    return inplace(this, () => elementwise.mul(this, o));
+    return directBinary(this, "mul", o) ?? inplace(this, () => elementwise.mul(this, o));
   },
   div_(this: Tensor, o: Operand) {
-    return inplace(this, () => elementwise.div(this, o));
+    return directBinary(this, "div", o) ?? inplace(this, () => elementwise.div(this, o));
   },
   pow_(this: Tensor, o: Operand) {
     return inplace(this, () => elementwise.pow(this, o));
@@ -527,10 +527,10 @@ Object.assign(proto, {
     );
   },
   fill_(this: Tensor, v: number) {
-    return inplace(this, () => filled(this, v));
+    return typeof v === "number" ? directFill(this, v) : inplace(this, () => filled(this, v));
   },
   zero_(this: Tensor) {
-    return inplace(this, () => filled(this, 0));
+    return directFill(this, 0);
   },
   uniform_(this: Tensor, low = 0, high = 1, g: Generator = defaultGenerator) {
     return fillRandom(this, () => low + (high - low) * g.random());

@@ -58,6 +58,8 @@ export type BackwardFn = (grad: Tensor, needs: readonly boolean[]) => (Tensor | 
 export class FunctionNode extends Node {
   private fn: BackwardFn | null;
   private saved: SavedTensor[];
+  /** Recorded by user code (autograd.recordOp): its backward may keep the gradient it is given. */
+  custom = false;
 
   constructor(
     readonly name: string,

@@ -141,6 +141,19 @@ export interface NativeBinding {
     negStepSize: number,
     maximize: boolean,
   ): void;
+  /** One SGD step in place on p (and buf): torch.optim.SGD's update, op for op (native/src/kernels/fused.cc). */
+  sgdStep(
+    p: NativeView,
+    grad: NativeView,
+    buf: NativeView | null,
+    lr: number,
+    momentum: number,
+    dampening: number,
+    weightDecay: number,
+    nesterov: boolean,
+    maximize: boolean,
+    first: boolean,
+  ): void;
   /** (log-)softmax backward along the last dim of contiguous views (native/src/kernels/fused.cc). */
   softmaxBackward(y: NativeView, g: NativeView, log: boolean, gx: NativeView): void;
   /** softmax(where(mask, -inf, x / divisor)) along the last dim; mask a contiguous bool [T, S] (softmax.cc). */
@@ -201,6 +214,7 @@ export const NATIVE_FUNCTIONS = [
   "layerNorm",
   "layerNormBackward",
   "adamStep",
+  "sgdStep",
   "softmaxBackward",
   "maskedSoftmax",
   "indexSelect",

@@ -8,9 +8,14 @@
  *                g = nesterov ? g + momentum * buf : buf
  *   p -= lr * g
  *
+ * The backend's fused sgdStep (one native pass per parameter, no temporaries) does it when it
+ * takes the tensors (contiguous, one float dtype); otherwise the same update runs as tensor ops.
+ *
  *   const opt = new optim.SGD(params, { lr: 0.1, momentum: 0.9 });
  */
 import { ValueError } from "../errors/index.js";
+import { getBackend } from "../tensor/backend/registry.js";
+import * as raw from "../tensor/raw.js";
 import { Tensor } from "../tensor/tensor.js";
 import { Optimizer, type ParamGroup, type ParamsInput } from "./optimizer.js";
 import { checkFlag, checkNonNegative } from "./validate.js";
@@ -59,6 +64,18 @@ export class SGD extends Optimizer<SGDOptions> {
       for (const p of params) {
         if (p.grad === null) continue;
         const state = this.stateOf(p);
+        const old = state.momentumBuffer;
+        const first = momentum !== 0 && !(old instanceof Tensor);
+        const buf = momentum === 0 ? null : first ? raw.output(p.shape, p.dtype, p.device) : (old as Tensor);
+        const h = { lr, momentum, dampening, weightDecay, nesterov, maximize, first };
+        if (getBackend().sgdStep?.(p, p.grad, buf, h) === true) {
+          p.storage.version++;
+          if (buf) {
+            buf.storage.version++;
+            state.momentumBuffer = buf;
+          }
+          continue;
+        }
         let d = maximize ? p.grad.neg() : p.grad;
         if (weightDecay !== 0) d = d.add(p, weightDecay);
         if (momentum !== 0) {

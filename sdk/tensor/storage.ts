@@ -8,20 +8,32 @@
  * throws a DeviceError, since host code cannot read device memory: copy it
  * with `.cpu()` first (sdk/tensor/device_copy.ts moves bytes between devices).
  */
-import { DeviceError, NotImplementedError } from "../errors/index.js";
+import { AutogradError, DeviceError, NotImplementedError } from "../errors/index.js";
 import { type DType, type StorageArray, allocArray, allocArrayUninit, arrayOver, itemSize } from "./dtype.js";
 import { sharedMemoryProvider } from "./shared.js";
 import { type Device, assertDeviceUsable, cpu } from "./device.js";
 import { getBackend } from "./backend/registry.js";
 import { deviceBackendFor } from "./backend/devices.js";
 import type { DeviceMemory } from "./backend/interface.js";
+import { POOL_MIN_BYTES, giveBuffer, outputBuffer } from "./pool.js";
 
 /** Storages at least this many elements long may come from the backend's allocator. */
 const LARGE = 1 << 14;
 
+let serials = 0;
+
+/** The serial the next storage will get: storages made after this call have serial >= it. */
+export function nextStorageSerial(): number {
+  return serials;
+}
+
 export class Storage {
   /** Bumped by every in-place write through any view of this storage. */
   version = 0;
+  /** Creation order (the autograd engine tells gradients made during a backward pass by it). */
+  readonly serial = serials++;
+  /** Whether the whole buffer is this storage's own, sized by ./pool.ts (so release() may recycle it). */
+  poolable = false;
   /** NB: replaced only by shareMemory_ (same values, new memory). */
   private host: StorageArray | null;
   /** The device memory behind a non-CPU storage; null on the CPU. */
@@ -49,7 +61,17 @@ export class Storage {
       throw new DeviceError(`${numel} ${dtype} elements do not fit in ${memory.byteLength} bytes of device memory`);
     const s = Object.create(Storage.prototype) as Storage;
     // NB: the constructor only builds CPU storages; device storages set the same fields here.
-    Object.assign(s, { version: 0, host: null, memory, numel, dtype, device: memory.device });
+    Object.assign(s, {
+      version: 0,
+      serial: serials++,
+      poolable: false,
+      released: false,
+      host: null,
+      memory,
+      numel,
+      dtype,
+      device: memory.device,
+    });
     return s;
   }
 
@@ -64,11 +86,35 @@ export class Storage {
   static allocUninit(dtype: DType, numel: number, device: Device = cpu): Storage {
     if (device.type !== "cpu") return deviceAlloc(dtype, numel, device, false);
     const fromBackend = numel >= LARGE ? getBackend().allocArray?.(dtype, numel) : null;
-    return new Storage(fromBackend ?? allocArrayUninit(dtype, numel), dtype, device);
+    if (fromBackend) return new Storage(fromBackend, dtype, device);
+    const bytes = numel * itemSize(dtype);
+    if (bytes < POOL_MIN_BYTES || typeof Buffer === "undefined")
+      return new Storage(allocArrayUninit(dtype, numel), dtype, device);
+    const s = new Storage(arrayOver(dtype, outputBuffer(bytes), numel), dtype, device);
+    s.poolable = true;
+    return s;
   }
+
+  /**
+   * Gives a poolable storage's buffer back to ./pool.ts for the next output of its size. Only for
+   * an owner that knows nothing can read it any more (the autograd engine, for gradients it made and
+   * consumed); the storage is unusable afterwards. A no-op for other storages.
+   */
+  release(): void {
+    if (!this.poolable || this.host === null) return;
+    const buf = this.host.buffer as ArrayBuffer;
+    this.host = null;
+    this.poolable = false;
+    this.released = true;
+    giveBuffer(buf);
+  }
+
+  private released = false;
 
   /** The elements, for CPU storages; a DeviceError for storages on other devices. */
   get data(): StorageArray {
+    if (this.host === null && this.released)
+      throw new AutogradError("internal error: a storage the autograd engine recycled was read afterwards");
     if (this.host === null)
       throw new DeviceError(
         `this tensor's data is on '${this.device}', which host code cannot read: call .cpu() first`,
@@ -100,6 +146,7 @@ export class Storage {
     const arr = arrayOver(this.dtype, p.alloc(this.byteLength), this.numel);
     (arr as { set(a: ArrayLike<unknown>): void }).set(this.host);
     this.host = arr;
+    this.poolable = false;
   }
 
   /**

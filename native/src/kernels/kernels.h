@@ -25,6 +25,7 @@
 //       bad index: RangeError "index 5 is out of bounds for dimension 0 with size 3", nothing written.
 //   adamStep(p, grad, expAvg, expAvgSq, maxExpAvgSq|null, decay, l2, beta1, oneMinusBeta1, beta2, oneMinusBeta2,
 //            bc2Sqrt, eps, negStepSize, maximize)   // in place; contiguous, one float dtype (fused.cc)
+//   sgdStep(p, grad, buf|null, lr, momentum, dampening, weightDecay, nesterov, maximize, first)  // likewise
 //   layerNormBackward(g, x, mean, rstd, weight|null, gx|null, gw|null, gb|null)  // [rows, D] contiguous
 //   softmaxBackward(y, g, log: boolean, gx)   // along the last dim, contiguous, one float dtype
 //   copy(src: View, dst: View)  (casts among f32/f64/i32/i64/u8 as typed-array stores do); fill(dst: View, value: number)

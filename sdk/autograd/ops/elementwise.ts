@@ -181,7 +181,11 @@ export const neg = (x: Tensor): Tensor => {
 export const abs = sameTypeUnaryOp("abs", "AbsBackward0", "x", (x) => raw.unary("sign", x));
 export const sign = sameTypeUnaryOp("sign", "SignBackward0", "x", null);
 export const square = sameTypeUnaryOp("square", "PowBackward0", "x", (x) => raw.binary("mul", x, 2));
-export const relu = sameTypeUnaryOp("relu", "ReluBackward0", "out", (_x, out) => raw.binary("gt", out, 0));
+/** relu; its backward is torch's threshold_backward: g where out > 0, else 0 (one select, no float mask). */
+export const relu = (x: Tensor): Tensor => {
+  const out = raw.unary("relu", x);
+  return recordOp("ReluBackward0", out, [x], (g) => [raw.where(raw.binary("gt", out, 0), g, 0)], [out]);
+};
 export const floor = sameTypeUnaryOp("floor", "FloorBackward0", "x", null);
 export const ceil = sameTypeUnaryOp("ceil", "CeilBackward0", "x", null);
 export const round = sameTypeUnaryOp("round", "RoundBackward0", "x", null);

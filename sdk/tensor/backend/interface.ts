@@ -208,6 +208,29 @@ export interface Backend {
     maxExpAvgSq: TensorView | null,
     h: AdamStepArgs,
   ): void;
+
+  /**
+   * Optional: one SGD step in place, torch.optim.SGD's single-tensor update op for op (sdk/optim/sgd.ts):
+   *
+   *   d = maximize ? -grad : grad;  d = d + p * weightDecay
+   *   buf = first ? d : buf * momentum + d * (1 - dampening);  d = nesterov ? d + buf * momentum : buf
+   *   p = p + d * -lr        (the buf lines only with momentum != 0 and a buf)
+   *
+   * Returns false, having written nothing, when it does not take these views (the optimizer then
+   * runs the same update as tensor ops); backends without it always take that path.
+   */
+  sgdStep?(p: TensorView, grad: TensorView, buf: TensorView | null, h: SgdStepArgs): boolean;
+}
+
+/** The hyperparameters of one SGD step (Backend.sgdStep); first: buf is written, not read. */
+export interface SgdStepArgs {
+  readonly lr: number;
+  readonly momentum: number;
+  readonly dampening: number;
+  readonly weightDecay: number;
+  readonly nesterov: boolean;
+  readonly maximize: boolean;
+  readonly first: boolean;
 }
 
 /** The scalars of one Adam step (Backend.adamStep). */

@@ -10,7 +10,7 @@
  */
 import { DeviceError } from "../../errors/index.js";
 import type { Device, DeviceType } from "../device.js";
-import type { AdamStepArgs, Backend, BinaryOp, ReduceOp, TensorView, UnaryOp } from "./interface.js";
+import type { AdamStepArgs, Backend, BinaryOp, ReduceOp, SgdStepArgs, TensorView, UnaryOp } from "./interface.js";
 
 const kernels = new Map<DeviceType, Backend>();
 const reasons = new Map<DeviceType, string>();
@@ -155,5 +155,9 @@ export class DeviceRouter implements Backend {
     h: AdamStepArgs,
   ): void {
     pick(this.cpu(), [p, grad, expAvg, expAvgSq, maxExpAvgSq]).adamStep(p, grad, expAvg, expAvgSq, maxExpAvgSq, h);
+  }
+  sgdStep(p: TensorView, grad: TensorView, buf: TensorView | null, h: SgdStepArgs): boolean {
+    const b = pick(this.cpu(), [p, grad, buf]);
+    return b.sgdStep ? b.sgdStep(p, grad, buf, h) : false;
   }
 }

@@ -10,7 +10,7 @@
 import { IndexError } from "../../../errors/index.js";
 import type { DType, StorageArray } from "../../dtype.js";
 import { isContiguous, numelOf } from "../../shape.js";
-import type { AdamStepArgs, Backend, BinaryOp, ReduceOp, TensorView, UnaryOp } from "../interface.js";
+import type { AdamStepArgs, Backend, BinaryOp, ReduceOp, SgdStepArgs, TensorView, UnaryOp } from "../interface.js";
 import { TsBackend } from "../ts/index.js";
 
 /** A view as the addon parses it (native/src/view.h). */
@@ -73,16 +73,49 @@ export interface NativeKernels {
     negStepSize: number,
     maximize: boolean,
   ): void;
+  sgdStep(
+    p: KernelView,
+    grad: KernelView,
+    buf: KernelView | null,
+    lr: number,
+    momentum: number,
+    dampening: number,
+    weightDecay: number,
+    nesterov: boolean,
+    maximize: boolean,
+    first: boolean,
+  ): void;
 }
 
 export interface NativeBackendOptions {
-  /** Below this many elements work stays in TypeScript (default 4096). */
+  /**
+   * Below this many elements cheap elementwise work (binary, where, fill, index copies) stays in
+   * TypeScript (default 1024); kernels that do more per element (transcendental unaries,
+   * softmax, reductions, strided copies, layer norm) go native from a quarter of it, matmuls from
+   * a quarter of it in multiply-adds (out elements x K). Measured (bench/smallops.ts era, one
+   * thread): a call into the addon costs ~2-3 µs, a TS add of 1,024 floats about as much, a TS
+   * exp or softmax of 256 more, and a TS [1,4]x[4,128] matmul 3x the native one.
+   */
   minNumel?: number;
   /** Allocates large storages in the addon's pool (aligned, external memory); null to use JS arrays. */
   allocArray?: ((dtype: DType, numel: number) => StorageArray | null) | null;
 }
 
 const FLOAT: ReadonlySet<DType> = new Set(["float32", "float64"]);
+/** Unary ops as cheap as a TS loop body (the rest go native from NativeBackend's lower threshold). */
+const CHEAP_UNARY: ReadonlySet<UnaryOp> = new Set<UnaryOp>([
+  "neg",
+  "abs",
+  "relu",
+  "square",
+  "sign",
+  "floor",
+  "ceil",
+  "round",
+  "clamp",
+  "logicalNot",
+  "isnan",
+]);
 
 function kv(t: TensorView): KernelView {
   return { data: t.storage.data as KernelView["data"], offset: t.offset, shape: t.shape, strides: t.strides };
@@ -112,12 +145,20 @@ export class NativeBackend implements Backend {
     private readonly k: NativeKernels,
     opts: NativeBackendOptions = {},
   ) {
-    this.minNumel = opts.minNumel ?? 4096;
+    this.minNumel = opts.minNumel ?? 1024;
+    this.minHeavy = Math.floor(this.minNumel / 4);
     if (opts.allocArray) this.allocArray = opts.allocArray;
   }
 
+  private readonly minHeavy: number;
+
   private big(t: TensorView): boolean {
     return numelOf(t.shape) >= this.minNumel;
+  }
+
+  /** For kernels with more work per element than a load, an op and a store. */
+  private heavy(t: TensorView): boolean {
+    return numelOf(t.shape) >= this.minHeavy;
   }
 
   private floats(...ts: TensorView[]): boolean {
@@ -126,7 +167,7 @@ export class NativeBackend implements Backend {
 
   copy(src: TensorView, dst: TensorView): void {
     const ok = (d: DType) => FLOAT.has(d) || d === "int32";
-    if (this.big(dst) && ok(src.dtype) && ok(dst.dtype)) this.k.copy(kv(src), kv(dst));
+    if (this.heavy(dst) && ok(src.dtype) && ok(dst.dtype)) this.k.copy(kv(src), kv(dst));
     else this.ts.copy(src, dst);
   }
 
@@ -136,7 +177,8 @@ export class NativeBackend implements Backend {
   }
 
   unary(op: UnaryOp, x: TensorView, out: TensorView, args: readonly number[] = []): void {
-    if (this.big(x) && this.floats(x, out) && x.dtype === out.dtype) this.k.unary(op, kv(x), kv(out), args[0], args[1]);
+    const go = CHEAP_UNARY.has(op) ? this.big(x) : this.heavy(x);
+    if (go && this.floats(x, out) && x.dtype === out.dtype) this.k.unary(op, kv(x), kv(out), args[0], args[1]);
     else this.ts.unary(op, x, out, args);
   }
 
@@ -153,31 +195,31 @@ export class NativeBackend implements Backend {
   }
 
   reduce(op: ReduceOp, x: TensorView, dims: readonly number[], out: TensorView): void {
-    if (this.big(x) && this.floats(x) && x.dtype === out.dtype) this.k.reduce(op, kv(x), dims, kv(out));
+    if (this.heavy(x) && this.floats(x) && x.dtype === out.dtype) this.k.reduce(op, kv(x), dims, kv(out));
     else this.ts.reduce(op, x, dims, out);
   }
 
   argReduce(op: "argmax" | "argmin", x: TensorView, dim: number, out: TensorView): void {
-    if (this.big(x) && this.floats(x)) this.k.argReduce(op, kv(x), dim, kv(out));
+    if (this.heavy(x) && this.floats(x)) this.k.argReduce(op, kv(x), dim, kv(out));
     else this.ts.argReduce(op, x, dim, out);
   }
 
   matmul(a: TensorView, b: TensorView, out: TensorView, accumulate = false): void {
     // NB: even small matmuls win natively once K is large; route by work, not by output size.
     const work = numelOf(out.shape) * (a.shape[a.shape.length - 1] ?? 1);
-    if (work >= this.minNumel && this.floats(a, b) && a.dtype === b.dtype)
+    if (work >= this.minHeavy && this.floats(a, b) && a.dtype === b.dtype)
       this.k.matmul(kv(a), kv(b), kv(out), accumulate);
     else this.ts.matmul(a, b, out, accumulate);
   }
 
   softmax(x: TensorView, dim: number, log: boolean, out: TensorView): void {
-    if (this.big(x) && this.floats(x) && x.dtype === out.dtype) this.k.softmax(kv(x), dim, log, kv(out));
+    if (this.heavy(x) && this.floats(x) && x.dtype === out.dtype) this.k.softmax(kv(x), dim, log, kv(out));
     else this.ts.softmax(x, dim, log, out);
   }
 
   maskedSoftmax(x: TensorView, mask: TensorView, divisor: number, out: TensorView): void {
     const c = (t: TensorView) => isContiguous(t.shape, t.strides);
-    if (this.big(x) && this.floats(x) && mask.dtype === "bool" && mask.shape.length === 2 && c(x) && c(mask))
+    if (this.heavy(x) && this.floats(x) && mask.dtype === "bool" && mask.shape.length === 2 && c(x) && c(mask))
       this.k.maskedSoftmax(kv(x), kv(mask), divisor, kv(out));
     else this.ts.maskedSoftmax(x, mask, divisor, out);
   }
@@ -185,7 +227,7 @@ export class NativeBackend implements Backend {
   softmaxBackward(y: TensorView, g: TensorView, dim: number, log: boolean, out: TensorView): void {
     const c = (t: TensorView) => isContiguous(t.shape, t.strides);
     // the native kernel takes rows along the last dim; other dims and layouts take the reference
-    if (this.big(y) && this.floats(y) && g.dtype === y.dtype && dim === y.shape.length - 1 && c(y) && c(g))
+    if (this.heavy(y) && this.floats(y) && g.dtype === y.dtype && dim === y.shape.length - 1 && c(y) && c(g))
       this.k.softmaxBackward(kv(y), kv(g), log, kv(out));
     else this.ts.softmaxBackward(y, g, dim, log, out);
   }
@@ -217,7 +259,7 @@ export class NativeBackend implements Backend {
     rstd: TensorView,
   ): void {
     const same = (t: TensorView | null) => t === null || t.dtype === x.dtype;
-    if (this.big(x) && this.floats(x) && same(weight) && same(bias))
+    if (this.heavy(x) && this.floats(x) && same(weight) && same(bias))
       this.k.layerNorm(kv(x), weight && kv(weight), bias && kv(bias), eps, kv(out), kv(mean), kv(rstd));
     else this.ts.layerNorm(x, weight, bias, eps, out, mean, rstd);
   }
@@ -233,7 +275,7 @@ export class NativeBackend implements Backend {
     gb: TensorView | null,
   ): void {
     const same = (t: TensorView | null) => t === null || t.dtype === x.dtype;
-    if (this.big(x) && this.floats(x) && [g, mean, rstd, weight, gx, gw, gb].every(same))
+    if (this.heavy(x) && this.floats(x) && [g, mean, rstd, weight, gx, gw, gb].every(same))
       this.k.layerNormBackward(
         kv(g),
         kv(x),
@@ -275,5 +317,26 @@ export class NativeBackend implements Backend {
         h.maximize,
       );
     else this.ts.adamStep(p, grad, expAvg, expAvgSq, maxExpAvgSq, h);
+  }
+
+  sgdStep(p: TensorView, grad: TensorView, buf: TensorView | null, h: SgdStepArgs): boolean {
+    // NB: no size threshold, as adamStep: one call replaces up to a dozen
+    const n = numelOf(p.shape);
+    const fits = (t: TensorView | null) =>
+      t === null || (t.dtype === p.dtype && numelOf(t.shape) === n && isContiguous(t.shape, t.strides));
+    if (!this.floats(p) || !fits(p) || !fits(grad) || !fits(buf)) return false;
+    this.k.sgdStep(
+      kv(p),
+      kv(grad),
+      buf && kv(buf),
+      h.lr,
+      h.momentum,
+      h.dampening,
+      h.weightDecay,
+      h.nesterov,
+      h.maximize,
+      h.first,
+    );
+    return true;
   }
 }

@@ -6,7 +6,7 @@
  */
 import { IndexError } from "../../../errors/index.js";
 import type { NumArray } from "../../dtype.js";
-import { numelOf } from "../../shape.js";
+import { isContiguous, numelOf } from "../../shape.js";
 import type { AdamStepArgs, Backend, BinaryOp, ReduceOp, TensorView, UnaryOp } from "../interface.js";
 import { offsets, outArray, readContig, readerOf, writerOf } from "../../access.js";
 import { erf, gelu, geluGrad, geluTanh, geluTanhGrad, roundHalfEven, sigmoid } from "./math.js";
@@ -183,6 +183,20 @@ export class TsBackend implements Backend {
 
   copy(src: TensorView, dst: TensorView): void {
     const n = numelOf(src.shape);
+    if (src.dtype === dst.dtype && src.storage !== dst.storage && isContiguous(dst.shape, dst.strides)) {
+      // NB: the common case (contiguous results, broadcast biases): no offset table for dst, no staging array
+      // NB: one typed-array type stands for all (same dtype: the same array class, bits copied as they are)
+      const s = src.storage.data as Float64Array;
+      const d = dst.storage.data as Float64Array;
+      const o = dst.offset;
+      if (isContiguous(src.shape, src.strides)) {
+        d.set(s.subarray(src.offset, src.offset + n), o);
+      } else {
+        const so = offsets(src.shape, src.strides, src.offset);
+        for (let i = 0; i < n; i++) d[o + i] = s[so[i]!]!;
+      }
+      return;
+    }
     const so = offsets(src.shape, src.strides, src.offset);
     const dof = offsets(dst.shape, dst.strides, dst.offset);
     if (src.dtype === dst.dtype) {
@@ -377,9 +391,24 @@ export class TsBackend implements Backend {
   }
 
   indexSelect(x: TensorView, dim: number, index: TensorView, out: TensorView): void {
-    const a = readContig(x);
     const [outer, size, inner] = around(x.shape, dim);
     const idx = indexValues(index, size, dim);
+    if (x.dtype === out.dtype && isContiguous(x.shape, x.strides) && isContiguous(out.shape, out.strides)) {
+      // NB: the selected rows only, element for element (exact for int64; no conversion of all of x)
+      const a = x.storage.data as Float64Array;
+      const o = out.storage.data as Float64Array;
+      const m = idx.length;
+      for (let p = 0; p < outer; p++)
+        for (let k = 0; k < m; k++) {
+          const src = idx[k]! < 0 ? idx[k]! + size : idx[k]!;
+          const sBase = x.offset + (p * size + src) * inner;
+          const oBase = out.offset + (p * m + k) * inner;
+          if (inner >= 32) o.set(a.subarray(sBase, sBase + inner), oBase);
+          else for (let q = 0; q < inner; q++) o[oBase + q] = a[sBase + q]!;
+        }
+      return;
+    }
+    const a = readContig(x);
     const [o, commit] = outArray(out);
     const m = idx.length;
     for (let p = 0; p < outer; p++) {
