@@ -12,7 +12,9 @@ import { setSdkNamespace } from "./rpc/api.js";
 import { loadNative } from "./native/binding.js";
 import { NativeBackend } from "./tensor/backend/native/index.js";
 import { registerBackend } from "./tensor/backend/registry.js";
-import { provideDeviceBackend } from "./tensor/backend/devices.js";
+import { deviceBackendFor, provideDeviceBackend } from "./tensor/backend/devices.js";
+import { provideCudaStagingDriver } from "./channel/cuda_staging/index.js";
+import { nativeStagingDriver } from "./channel/cuda_staging/native_driver.js";
 import { CudaDeviceBackend } from "./tensor/backend/cuda/index.js";
 import { type EmulatedDeviceMemory, emulatedMemoryApi } from "./tensor/backend/cuda/emulated_memory.js";
 import { type CudaKernelApi, CudaKernelBackend } from "./tensor/backend/cuda/kernels.js";
@@ -60,7 +62,7 @@ provideDeviceBackend("cuda", () => {
     const k = cudaKernels("emulate");
     if (typeof k === "string") return `TPRPC_CUDA=emulate, but the emulated device is not viable: ${k}`;
     registerDeviceKernels("cuda", new CudaKernelBackend(k as unknown as CudaKernelApi));
-    return new CudaDeviceBackend(emulatedMemoryApi(k as unknown as EmulatedDeviceMemory), 1);
+    return new CudaDeviceBackend(emulatedMemoryApi(k as unknown as EmulatedDeviceMemory), emulatedDeviceCount());
   }
   const driver = gpuLibrary("cuda");
   if (!driver.isViable()) return `no usable CUDA driver (${driver.reason()})`;
@@ -68,6 +70,21 @@ provideDeviceBackend("cuda", () => {
   if (typeof k === "string") noteDeviceKernelsUnavailable("cuda", k);
   else registerDeviceKernels("cuda", new CudaKernelBackend(k as unknown as CudaKernelApi));
   return new CudaDeviceBackend(nativeGpu()!, cudaDevices().length);
+});
+
+// NB: TPRPC_CUDA_EMULATED_DEVICES=N (1 to 8, default 1) gives the emulated device N indices over the
+// same host memory, so device maps such as {"cuda:0": "cuda:1"} run on one machine without a GPU.
+function emulatedDeviceCount(): number {
+  const n = Number(process.env.TPRPC_CUDA_EMULATED_DEVICES ?? 1);
+  return Number.isInteger(n) && n >= 1 && n <= 8 ? n : 1;
+}
+
+// cuda_staging's device side: the CUDA device backend's memory calls (the driver's, or the emulated
+// device's), found when the first pipe with a GPU pair asks.
+provideCudaStagingDriver(() => {
+  const b = deviceBackendFor("cuda");
+  if (!(b instanceof CudaDeviceBackend)) return "no CUDA device backend with driver memory calls";
+  return nativeStagingDriver(b.api);
 });
 
 /** Threads used by the native kernels (including the calling thread), as torch.get_num_threads. */

@@ -5,9 +5,16 @@
  *
  * NB: the chunks share the pipe's control connection (SETUP frames), so a
  * large transfer delays control frames behind it; a dedicated authenticated
- * TCP lane (as tcp's) is the next step. A descriptor is {seq u32, length f64}.
+ * TCP lane (as tcp's) is the next step. A chunk is handed to `b.send` as a
+ * view on its pinned slot: the bootstrap copies it into the frame before it
+ * returns (the ChannelBootstrap contract), so no other host copy is made.
+ * A descriptor is {seq u32, length f64}.
+ *
+ * `driver` is a string where this process has no device side (a worker
+ * without GPUs): then host buffers move and a device buffer fails its
+ * transfer with ChannelNotViableError saying why.
  */
-import { ProtocolError, WorkerUnavailableError } from "../../errors/index.js";
+import { ChannelNotViableError, ProtocolError, WorkerUnavailableError } from "../../errors/index.js";
 import { devicePointer } from "../cuda_ipc/driver.js";
 import type { Channel, ChannelBootstrap, ChannelBuffer, ChannelSend, SetupValue } from "../interface.js";
 import { stagingChunks } from "./schedule.js";
@@ -15,10 +22,14 @@ import { type HostLane, Stager, type StagingDriver, type StagingOptions } from "
 
 export function createCudaStagingChannel(
   b: ChannelBootstrap,
-  driver: StagingDriver,
+  driver: StagingDriver | string,
   opts: StagingOptions = {},
 ): Channel {
-  const stager = new Stager(driver, opts);
+  const stager = typeof driver === "string" ? null : new Stager(driver, opts);
+  const noDevice = (): Promise<never> =>
+    Promise.reject(
+      new ChannelNotViableError(`cuda_staging to "${b.peerName}" cannot copy device memory here: ${String(driver)}`),
+    );
   const chunkBytes = opts.chunkBytes;
   let seq = 0;
   let closed = false;
@@ -43,7 +54,7 @@ export function createCudaStagingChannel(
     if (closed) return;
     closed = true;
     closeError = error ?? new WorkerUnavailableError(`the cuda_staging channel to "${b.peerName}" closed`, b.peerName);
-    stager.close(closeError);
+    stager?.close(closeError);
     for (const f of failAll) f(closeError);
     for (const w of waiting.values()) w.fail(closeError);
     waiting.clear();
@@ -52,7 +63,7 @@ export function createCudaStagingChannel(
   b.onClose((e) => close(e ?? undefined));
 
   const laneOut = (s: number): HostLane => ({
-    send: (bytes) => b.send({ s, b: bytes.slice() }),
+    send: (bytes) => b.send({ s, b: bytes }),
     recv: () => Promise.reject(new Error("unused")),
   });
   const laneIn = (s: number): HostLane => ({
@@ -109,9 +120,11 @@ export function createCudaStagingChannel(
       const work =
         buffer.kind === "cpu"
           ? hostSend(buffer.bytes, lane)
-          : Promise.resolve().then(() =>
-              stager.send(buffer.deviceIndex, devicePointer(buffer.memory) + BigInt(buffer.offset), n, lane),
-            );
+          : stager
+            ? Promise.resolve().then(() =>
+                stager.send(buffer.deviceIndex, devicePointer(buffer.memory) + BigInt(buffer.offset), n, lane),
+              )
+            : noDevice();
       return { descriptor, done: guard(work) };
     },
     async recv(descriptor: Uint8Array, into: ChannelBuffer): Promise<void> {
@@ -125,7 +138,9 @@ export function createCudaStagingChannel(
       await guard(
         into.kind === "cpu"
           ? hostRecv(into.bytes, lane)
-          : stager.recv(into.deviceIndex, devicePointer(into.memory) + BigInt(into.offset), n, lane),
+          : stager
+            ? stager.recv(into.deviceIndex, devicePointer(into.memory) + BigInt(into.offset), n, lane)
+            : noDevice(),
       );
     },
     close,
