@@ -269,7 +269,13 @@ export class Pipe {
       transport: /^([a-z0-9_]+):/.exec(this.conn.remote)?.[1] ?? "tcp",
       remote: this.conn.remote,
       role: this.role,
-      channels: { ...this.negotiation.choice },
+      // NB: the channel that runs: a direct GPU channel that fell back at setup runs cuda_staging
+      channels: Object.fromEntries(
+        Object.entries(this.negotiation.choice).map(([p, n]) => [
+          p,
+          this.channels[this.pairIndex.get(p as DevicePairKey)!]?.name ?? n,
+        ]),
+      ),
       missing: { ...this.negotiation.missing },
       offered: {
         local: this.opts.local.channels.map((c) => c.name),
