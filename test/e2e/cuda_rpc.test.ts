@@ -126,6 +126,13 @@ describe("CUDA tensors over RPC between processes (emulated CUDA device)", () =>
       expect(r.y.device.toString(), "the reply comes back by the inverse map").toBe(here);
       expect(r.y.cpu().toArray()).toEqual(host.mul(2).toArray());
     }
+    // rpcAsync and remote() carry CUDA arguments the same way
+    const fut = rpc.rpcAsync<Tensor>("worker1", (t: Tensor) => t.add(1), [host.to("cuda:1")], T);
+    const rr = rpc.remote<Tensor>("worker1", (t: Tensor) => t.sub(1), [host.to("cuda:0")]);
+    const [a, b] = await Promise.all([fut, within(rr.toHere(), 30_000, "toHere")]);
+    expect([a.device.toString(), b.device.toString()]).toEqual(["cuda:1", "cuda:0"]);
+    expect(a.cpu().toArray()).toEqual(host.add(1).toArray());
+    expect(b.cpu().toArray()).toEqual(host.sub(1).toArray());
     const pipe = await rpc.pipeInfo("worker1");
     // NB: no CUDA driver here, so neither cuda_ipc nor nccl is viable: staging is the path
     expect(pipe.channels["cuda-cuda"]).toBe("cuda_staging");

@@ -6,8 +6,10 @@
  * NB: the chunks share the pipe's control connection (SETUP frames), so a
  * large transfer delays control frames behind it; a dedicated authenticated
  * TCP lane (as tcp's) is the next step. A chunk is handed to `b.send` as a
- * view on its pinned slot: the bootstrap copies it into the frame before it
- * returns (the ChannelBootstrap contract), so no other host copy is made.
+ * view on its pinned slot: the bootstrap copies it into its frame before it
+ * returns (the ChannelBootstrap contract). That frame (and its decoding on the
+ * receiver) is the one host copy besides the pinned slots; a lane writing
+ * straight from the slots would remove it.
  * A descriptor is {seq u32, length f64}.
  *
  * `driver` is a string where this process has no device side (a worker
