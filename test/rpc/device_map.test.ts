@@ -178,7 +178,7 @@ describe("with the host-backed DeviceBackend double (2 devices)", () => {
         ["cuda:0", "cpu"],
       ],
     });
-    expect(inverseRoutePairs({ [DEVICE_MAP_HOOK_KEY]: reply.meta })).toEqual(out.meta.map);
+    expect(inverseRoutePairs({ [DEVICE_MAP_HOOK_KEY]: reply.meta })).toEqual((out.meta as { map: unknown }).map);
     const strayReply = () =>
       callee.outgoing!({ to: "master", kind: "response", values: [tensor([1], { device: 1 })], requestMeta: {} });
     expect(strayReply).toThrow(/Response device mapping is not available for destination master for device cuda:1/);
