@@ -64,6 +64,8 @@ interface Worker {
   gpus?: number;
   ncclVersion?: string | null;
   ucx?: string | null;
+  /** false: the cuda_ipc driver is not viable here, so (as localCapabilities does) it is not advertised. */
+  ipc?: boolean;
 }
 
 /** A worker's Capabilities: the GPU contexts' real adverts plus shm/tcp (and ucx when given). */
@@ -72,9 +74,9 @@ function caps(w: Worker): Capabilities {
   const devices = { cpu: 1, cuda: w.gpus ?? 2 };
   const gpuDevices = () => (devices.cuda > 0 ? twoGpus().slice(0, devices.cuda) : []);
   const contexts: ChannelContext[] = [
-    createCudaIpcContext({ driver: usable("cuda", "12.4"), devices: gpuDevices, dataPath: true }),
+    createCudaIpcContext({ driver: usable("cuda", "12.4"), devices: gpuDevices, dataPath: w.ipc !== false }),
     createCudaStagingContext({ dataPath: true, calls: NO_COPIES }),
-  ];
+  ].filter((c) => c.isViable());
   if (w.ncclVersion !== null)
     contexts.push(
       createNcclContext({
@@ -140,6 +142,16 @@ describe("GPU pairs: which channel negotiate() picks", () => {
     expect(choose(far("2.21.5", "a", "boot-a"), far(null, "b", "boot-b")).choice["cuda-cuda"]).toBe("cuda_staging");
     // patch releases of one NCCL minor version do talk
     expect(choose(far("2.21.5", "a", "boot-a"), far("2.21.3", "b", "boot-b")).choice["cuda-cuda"]).toBe("nccl");
+  });
+
+  it("prefers cuda_ipc where both drivers are viable, then nccl, then staging", () => {
+    expect(choose(caps({ name: "a" }), caps({ name: "b" })).choice["cuda-cuda"]).toBe("cuda_ipc");
+    // one side's cuda_ipc driver says not viable: it is not offered, and nccl carries the pair
+    expect(choose(caps({ name: "a", ipc: false }), caps({ name: "b" })).choice["cuda-cuda"]).toBe("nccl");
+    // neither direct driver on one side: staging through host memory
+    expect(choose(caps({ name: "a", ipc: false, ncclVersion: null }), caps({ name: "b" })).choice["cuda-cuda"]).toBe(
+      "cuda_staging",
+    );
   });
 
   it("a GPU worker and a CPU-only worker: staging for the GPU's tensors, shm for the CPU's", () => {
