@@ -17,38 +17,13 @@
  * opening timeout, which closes the bootstrap.
  */
 import { ProtocolError } from "../../errors/index.js";
-import type { Channel, ChannelBootstrap, SetupValue } from "../interface.js";
-
-type Lane = "d" | "s";
+import type { Channel, ChannelBootstrap } from "../interface.js";
+import { splitBootstrap } from "./split.js";
 
 /** What `directOrStaging` built, and why it fell back (null when it did not). */
 export interface DirectOrStaging {
   channel: Channel;
   fellBack: string | null;
-}
-
-/** `b` as two bootstraps, one per lane; the lanes' messages wait until their listener is set. */
-function splitBootstrap(b: ChannelBootstrap, onVerdict: (v: SetupValue) => void): Record<Lane, ChannelBootstrap> {
-  const queued: Record<Lane, SetupValue[]> = { d: [], s: [] };
-  const listeners: Record<Lane, ((m: SetupValue) => void) | null> = { d: null, s: null };
-  b.onMessage((msg) => {
-    const m = msg as Record<string, SetupValue> | null;
-    if (m !== null && typeof m === "object" && "v" in m) return onVerdict(m.v!);
-    const lane: Lane | null = m !== null && typeof m === "object" ? ("d" in m ? "d" : "s" in m ? "s" : null) : null;
-    if (lane === null) throw new ProtocolError(`a GPU channel setup message from "${b.peerName}" has no lane`);
-    const l = listeners[lane];
-    if (l) l(m![lane]!);
-    else queued[lane].push(m![lane]!);
-  });
-  const lane = (tag: Lane): ChannelBootstrap => ({
-    ...b,
-    send: (m) => b.send({ [tag]: m }),
-    onMessage: (cb) => {
-      listeners[tag] = cb;
-      for (const m of queued[tag].splice(0)) cb(m);
-    },
-  });
-  return { d: lane("d"), s: lane("s") };
 }
 
 /** The direct channel `direct` builds, or `staging`'s where either side's direct setup failed. */
@@ -59,7 +34,10 @@ export async function directOrStaging(
 ): Promise<DirectOrStaging> {
   let peerVerdict!: (v: string | null) => void;
   const peer = new Promise<string | null>((resolve) => (peerVerdict = resolve));
-  const lanes = splitBootstrap(b, (v) => peerVerdict(typeof v === "string" ? v : null));
+  const lanes = splitBootstrap(b, ["d", "s"], (m) => {
+    if (!("v" in m)) throw new ProtocolError(`a GPU channel setup message from "${b.peerName}" has no lane`);
+    peerVerdict(typeof m.v === "string" ? m.v : null);
+  });
   let sent = false;
   const verdict = (v: string | null): void => {
     if (sent) return;
