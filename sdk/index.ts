@@ -54,15 +54,19 @@ if (native) {
 // them, native/src/cuda) serve them where the driver is usable; they are looked for on first use of
 // a cuda device, so importing tprpc never runs cuInit. TPRPC_CUDA=0 turns CUDA off;
 // TPRPC_CUDA=emulate makes cuda:0 an emulated device: host memory, and the same kernels compiled
-// for the host, dispatched by the same code (CI runs the op parity suite on it).
+// for the host, dispatched by the same code (CI runs the op parity suite on it); emulate:N, N devices.
 provideDeviceBackend("cuda", () => {
   const mode = process.env.TPRPC_CUDA;
   if (mode === "0") return "disabled by TPRPC_CUDA=0";
-  if (mode === "emulate") {
+  if (mode?.startsWith("emulate")) {
+    // NB: emulate:N (N from 1 to 8) gives the emulated device N indices over the same host memory, so
+    // device maps such as {"cuda:0": "cuda:1"} run between processes without a GPU
+    const n = /^emulate(?::([1-8]))?$/.exec(mode);
+    if (!n) return `TPRPC_CUDA=${mode} is not a mode: use emulate, or emulate:N for N devices (N from 1 to 8)`;
     const k = cudaKernels("emulate");
     if (typeof k === "string") return `TPRPC_CUDA=emulate, but the emulated device is not viable: ${k}`;
     registerDeviceKernels("cuda", new CudaKernelBackend(k as unknown as CudaKernelApi));
-    return new CudaDeviceBackend(emulatedMemoryApi(k as unknown as EmulatedDeviceMemory), emulatedDeviceCount());
+    return new CudaDeviceBackend(emulatedMemoryApi(k as unknown as EmulatedDeviceMemory), Number(n[1] ?? 1));
   }
   const driver = gpuLibrary("cuda");
   if (!driver.isViable()) return `no usable CUDA driver (${driver.reason()})`;
@@ -71,13 +75,6 @@ provideDeviceBackend("cuda", () => {
   else registerDeviceKernels("cuda", new CudaKernelBackend(k as unknown as CudaKernelApi));
   return new CudaDeviceBackend(nativeGpu()!, cudaDevices().length);
 });
-
-// NB: TPRPC_CUDA_EMULATED_DEVICES=N (1 to 8, default 1) gives the emulated device N indices over the
-// same host memory, so device maps such as {"cuda:0": "cuda:1"} run on one machine without a GPU.
-function emulatedDeviceCount(): number {
-  const n = Number(process.env.TPRPC_CUDA_EMULATED_DEVICES ?? 1);
-  return Number.isInteger(n) && n >= 1 && n <= 8 ? n : 1;
-}
 
 // cuda_staging's device side: the CUDA device backend's memory calls (the driver's, or the emulated
 // device's), found when the first pipe with a GPU pair asks.

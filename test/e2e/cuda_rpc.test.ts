@@ -1,8 +1,8 @@
 /**
  * CUDA tensors over RPC between real processes on 127.0.0.1, on the emulated
  * CUDA device (TPRPC_CUDA=emulate: the .cu kernels compiled for the host,
- * "device" memory in host memory; TPRPC_CUDA_EMULATED_DEVICES gives it several
- * indices). It checks the wire, the device maps and the cuda_staging channel
+ * "device" memory in host memory; emulate:N gives it N device indices). It
+ * checks the wire, the device maps and the cuda_staging channel
  * between processes; it says nothing about a GPU.
  *
  * The group (static, 3 ranks): this process is the master (2 emulated devices),
@@ -31,12 +31,10 @@ import { freePort, startWorker } from "./workers.js";
 // NB: a plain const, not the import binding: shipped sources name `tprpc`, which every worker has.
 const tprpc = sdk;
 // NB: read when cuda:0 is first used (initRpc counts the devices), which is after these lines.
-process.env.TPRPC_CUDA = "emulate";
-process.env.TPRPC_CUDA_EMULATED_DEVICES = "2";
+process.env.TPRPC_CUDA = "emulate:2";
 
 const SECRET = "cuda-rpc-secret-0123456789";
 const T = { timeoutMs: 30_000 };
-const EMULATED = { TPRPC_NATIVE: "1", TPRPC_CUDA: "emulate" };
 
 /** The recipe's shard (a Linear layer on a device) and the worker-side helpers; registered in every process. */
 function installCudaModels(): string {
@@ -90,7 +88,7 @@ describe("CUDA tensors over RPC between processes (emulated CUDA device)", () =>
   beforeAll(async () => {
     const port = await freePort();
     children.push(
-      startWorker("worker1", 1, 3, port, { secret: SECRET, env: { ...EMULATED, TPRPC_CUDA_EMULATED_DEVICES: "3" } }),
+      startWorker("worker1", 1, 3, port, { secret: SECRET, env: { TPRPC_NATIVE: "1", TPRPC_CUDA: "emulate:3" } }),
       startWorker("worker2", 2, 3, port, { secret: SECRET, env: { TPRPC_CUDA: "0" } }),
     );
     const opts = new rpc.RpcBackendOptions({
