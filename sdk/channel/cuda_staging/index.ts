@@ -7,10 +7,11 @@
  *
  * The data path: ./schedule.ts plans 4 MiB chunks over two pinned slots,
  * ./staging.ts runs them (device -> pinned -> host lane -> pinned -> device,
- * copies overlapped), ./channel.ts joins that to a pipe (host bytes as chunk
- * messages over the bootstrap), ./fallback.ts lets cuda_ipc and nccl fall
- * back to it at setup, and ./native_driver.ts binds it to a CUDA memory API
- * (the addon's driver calls, or the emulated device's).
+ * copies overlapped), ./channel.ts joins that to a pipe (the chunks cross
+ * on an inner tcp channel's lane sockets, pinned slot to pinned slot),
+ * ./fallback.ts lets cuda_ipc and nccl fall back to it at setup, and
+ * ./native_driver.ts binds it to a CUDA memory API (the addon's driver calls,
+ * or the emulated device's).
  *
  * Viability: the host side needs nothing, so the context is always viable
  * and a worker without GPUs serves "cpu-cuda" (host bytes to and from a GPU
@@ -68,7 +69,7 @@ export function createCudaStagingContext(deps: CudaStagingDeps = { dataPath: fal
       if (w !== undefined)
         return Promise.reject(new ChannelNotViableError(`cuda_staging to "${b.peerName}" cannot be set up: ${w}`));
       const d = driverOf(deps);
-      return Promise.resolve(createCudaStagingChannel(b, d));
+      return createCudaStagingChannel(b, d);
     },
   };
 }
