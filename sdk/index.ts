@@ -12,7 +12,9 @@ import { setSdkNamespace } from "./rpc/api.js";
 import { loadNative } from "./native/binding.js";
 import { NativeBackend } from "./tensor/backend/native/index.js";
 import { registerBackend } from "./tensor/backend/registry.js";
-import { provideDeviceBackend } from "./tensor/backend/devices.js";
+import { deviceBackendFor, provideDeviceBackend } from "./tensor/backend/devices.js";
+import { provideCudaStagingDriver } from "./channel/cuda_staging/index.js";
+import { nativeStagingDriver } from "./channel/cuda_staging/native_driver.js";
 import { CudaDeviceBackend } from "./tensor/backend/cuda/index.js";
 import { type EmulatedDeviceMemory, emulatedMemoryApi } from "./tensor/backend/cuda/emulated_memory.js";
 import { type CudaKernelApi, CudaKernelBackend } from "./tensor/backend/cuda/kernels.js";
@@ -52,15 +54,19 @@ if (native) {
 // them, native/src/cuda) serve them where the driver is usable; they are looked for on first use of
 // a cuda device, so importing tprpc never runs cuInit. TPRPC_CUDA=0 turns CUDA off;
 // TPRPC_CUDA=emulate makes cuda:0 an emulated device: host memory, and the same kernels compiled
-// for the host, dispatched by the same code (CI runs the op parity suite on it).
+// for the host, dispatched by the same code (CI runs the op parity suite on it); emulate:N, N devices.
 provideDeviceBackend("cuda", () => {
   const mode = process.env.TPRPC_CUDA;
   if (mode === "0") return "disabled by TPRPC_CUDA=0";
-  if (mode === "emulate") {
+  if (mode?.startsWith("emulate")) {
+    // NB: emulate:N (N from 1 to 8) gives the emulated device N indices over the same host memory, so
+    // device maps such as {"cuda:0": "cuda:1"} run between processes without a GPU
+    const n = /^emulate(?::([1-8]))?$/.exec(mode);
+    if (!n) return `TPRPC_CUDA=${mode} is not a mode: use emulate, or emulate:N for N devices (N from 1 to 8)`;
     const k = cudaKernels("emulate");
     if (typeof k === "string") return `TPRPC_CUDA=emulate, but the emulated device is not viable: ${k}`;
     registerDeviceKernels("cuda", new CudaKernelBackend(k as unknown as CudaKernelApi));
-    return new CudaDeviceBackend(emulatedMemoryApi(k as unknown as EmulatedDeviceMemory), 1);
+    return new CudaDeviceBackend(emulatedMemoryApi(k as unknown as EmulatedDeviceMemory), Number(n[1] ?? 1));
   }
   const driver = gpuLibrary("cuda");
   if (!driver.isViable()) return `no usable CUDA driver (${driver.reason()})`;
@@ -68,6 +74,14 @@ provideDeviceBackend("cuda", () => {
   if (typeof k === "string") noteDeviceKernelsUnavailable("cuda", k);
   else registerDeviceKernels("cuda", new CudaKernelBackend(k as unknown as CudaKernelApi));
   return new CudaDeviceBackend(nativeGpu()!, cudaDevices().length);
+});
+
+// cuda_staging's device side: the CUDA device backend's memory calls (the driver's, or the emulated
+// device's), found when the first pipe with a GPU pair asks.
+provideCudaStagingDriver(() => {
+  const b = deviceBackendFor("cuda");
+  if (!(b instanceof CudaDeviceBackend)) return "no CUDA device backend with driver memory calls";
+  return nativeStagingDriver(b.api);
 });
 
 /** Threads used by the native kernels (including the calling thread), as torch.get_num_threads. */

@@ -149,7 +149,11 @@ export interface ChannelBootstrap {
   readonly host: string;
   /** Bound on setup; createChannel rejects with ChannelNotViableError or WorkerUnavailableError past it. */
   readonly timeoutMs: number;
-  /** Sends one message to the peer's instance of this channel over the pipe's control connection (in order). Rejects once the pipe closed. */
+  /**
+   * Sends one message to the peer's instance of this channel over the pipe's control connection (in order).
+   * The message is serialized before send returns, so its binary fields may be reused at once. Rejects once
+   * the pipe closed.
+   */
   send(msg: SetupValue): Promise<void>;
   /** The peer's messages, in order; one listener; messages that came before it was set are queued. */
   onMessage(cb: (msg: SetupValue) => void): void;

@@ -33,6 +33,7 @@ import { AutogradError, RemoteError, WorkerUnavailableError } from "../errors/in
 import { type RootGrad, runBackward } from "../autograd/engine.js";
 import { type Node, gradEdge } from "../autograd/node.js";
 import { register, rpcSync } from "../rpc/api.js";
+import { withRoute } from "../rpc/device_map_hook.js";
 import * as raw from "../tensor/raw.js";
 import { Tensor } from "../tensor/tensor.js";
 import { debug } from "../util/index.js";
@@ -57,9 +58,19 @@ function unwrap(e: unknown): unknown {
 }
 
 /** Sends one message's gradients to the worker holding its SendNode; resolves when all the work they cause is done. */
-function propagate(to: string, ctxId: number, msgId: number, grads: (Tensor | null)[], retainGraph: boolean) {
-  // NB: outside any context: the gradients must not be recorded as a new message of the pass
-  return runInContext(null, () => rpcSync(to, PROPAGATE, [ctxId, msgId, grads, retainGraph])).catch((e: unknown) => {
+function propagate(
+  to: string,
+  ctxId: number,
+  msgId: number,
+  grads: (Tensor | null)[],
+  retainGraph: boolean,
+  route: [string, string][] | null,
+) {
+  // NB: outside any context: the gradients must not be recorded as a new message of the pass. They
+  // go by the inverse of their message's device route, so each lands on its tensor's device.
+  return runInContext(null, () =>
+    withRoute(route, () => rpcSync(to, PROPAGATE, [ctxId, msgId, grads, retainGraph])),
+  ).catch((e: unknown) => {
     throw unwrap(e);
   });
 }
@@ -68,7 +79,9 @@ function propagate(to: string, ctxId: number, msgId: number, grads: (Tensor | nu
 async function runLocal(ctx: DistAutogradContext, roots: RootGrad[], retainGraph: boolean): Promise<void> {
   const run = new LocalRun();
   withLocalRun(run, () => runBackward(roots, { retainGraph: true, accumulate: (leaf, g) => ctx.accumulate(leaf, g) }));
-  await Promise.all([...run.messages].map(([msgId, m]) => propagate(m.from, ctx.id, msgId, m.grads, retainGraph)));
+  await Promise.all(
+    [...run.messages].map(([msgId, m]) => propagate(m.from, ctx.id, msgId, m.grads, retainGraph, m.route)),
+  );
 }
 
 /** The callee side of step 3: gradients arrive for one of our SendNodes. */

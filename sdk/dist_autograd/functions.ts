@@ -59,12 +59,12 @@ export class SendNode extends Node {
 
 /** Collects the gradients RecvNodes produce during one synchronous engine run, per message. */
 export class LocalRun {
-  readonly messages = new Map<number, { from: string; grads: (Tensor | null)[] }>();
+  readonly messages = new Map<number, { from: string; route: [string, string][] | null; grads: (Tensor | null)[] }>();
 
   add(node: RecvNode, grad: Tensor): void {
     let m = this.messages.get(node.msgId);
     if (!m) {
-      m = { from: node.from, grads: Array.from({ length: node.count }, () => null) };
+      m = { from: node.from, route: node.route, grads: Array.from({ length: node.count }, () => null) };
       this.messages.set(node.msgId, m);
     }
     const prev = m.grads[node.index];
@@ -98,6 +98,8 @@ export class RecvNode extends Node {
     readonly count: number,
     /** The worker that sent the message (and holds its SendNode). */
     readonly from: string,
+    /** The device route the gradients go back by: the inverse of the message's (null: none, CPU only). */
+    readonly route: [string, string][] | null = null,
   ) {
     super([]);
   }

@@ -12,7 +12,8 @@
  *    fetch included: the owner learns the context from the request's metadata).
  * 3. Incoming (either kind): join the context, remember the sender for
  *    cleanup, and make each listed tensor the output of a RecvNode paired with
- *    the sender's SendNode.
+ *    the sender's SendNode; it keeps the inverse of the message's device route
+ *    (sdk/rpc/device_map_hook.ts), by which its gradients go back.
  * 4. Around a request's target: run it with the caller's context current (no
  *    context when the request named none).
  */
@@ -22,6 +23,7 @@ import { gradEdge } from "../autograd/node.js";
 import { detach } from "../autograd/ops/views.js";
 import { addMessageHook, getWorkerInfo } from "../rpc/api.js";
 import type { Agent } from "../rpc/agent.js";
+import { inverseRoutePairs } from "../rpc/device_map_hook.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { debug } from "../util/index.js";
 import { currentContextId, findContext, getOrCreateContext, newMessageId, runInContext } from "./context.js";
@@ -96,6 +98,7 @@ function incoming(msg: {
   kind: "request" | "response";
   values: unknown;
   meta: unknown;
+  ext?: Record<string, unknown>;
 }): unknown {
   const m = parseMeta(msg.meta);
   if (!m) return msg.values;
@@ -111,8 +114,10 @@ function incoming(msg: {
     throw new ProtocolError(
       `distributed autograd: message ${m.m} from "${msg.from}" carried ${all.length} tensors, its metadata says ${m.n}`,
     );
+  // NB: the gradients go back by the inverse of the device route this message came by (as PyTorch's)
+  const back = inverseRoutePairs(msg.ext);
   m.g!.forEach((k, i) => {
-    all[k]!.gradFn = new RecvNode(ctx.id, m.m!, i, m.g!.length, msg.from);
+    all[k]!.gradFn = new RecvNode(ctx.id, m.m!, i, m.g!.length, msg.from, back);
   });
   return msg.values;
 }

@@ -72,6 +72,8 @@ export interface PipeOptions {
   timeoutMs: number;
   /** Memory for an incoming buffer on `device`; default: fresh host memory (cpu only). */
   allocate?: (byteLength: number, device: DeviceRef) => ChannelBuffer;
+  /** Memory for an incoming buffer whose target is a device (not the CPU), when `allocate` is not given. */
+  allocateDevice?: (byteLength: number, device: DeviceRef) => ChannelBuffer;
 }
 
 /** One message to send: control bytes (written as given, in order) and buffers. */
@@ -235,6 +237,11 @@ export class Pipe {
     return this.peer;
   }
 
+  /** The peer's device counts, from its capabilities (null until the handshake brought them). */
+  get peerDevices(): Readonly<Record<string, number>> | null {
+    return this.remoteCaps?.devices ?? null;
+  }
+
   /** Where the pipe is in its life (see the file comment). */
   get state(): PipeState {
     return this.sm.state;
@@ -262,7 +269,13 @@ export class Pipe {
       transport: /^([a-z0-9_]+):/.exec(this.conn.remote)?.[1] ?? "tcp",
       remote: this.conn.remote,
       role: this.role,
-      channels: { ...this.negotiation.choice },
+      // NB: the channel that runs: a direct GPU channel that fell back at setup runs cuda_staging
+      channels: Object.fromEntries(
+        Object.entries(this.negotiation.choice).map(([p, n]) => [
+          p,
+          this.channels[this.pairIndex.get(p as DevicePairKey)!]?.name ?? n,
+        ]),
+      ),
       missing: { ...this.negotiation.missing },
       offered: {
         local: this.opts.local.channels.map((c) => c.name),
@@ -472,7 +485,9 @@ export class Pipe {
     }
     const buffers: ChannelBuffer[] = [];
     const recvs: Promise<void>[] = [];
-    const alloc = this.opts.allocate ?? defaultAllocate;
+    const { allocate, allocateDevice } = this.opts;
+    const alloc = (n: number, d: DeviceRef): ChannelBuffer =>
+      (allocate ?? (d.type !== "cpu" && allocateDevice ? allocateDevice : defaultAllocate))(n, d);
     for (const e of f.entries) {
       const ch = this.channels[e.channel];
       if (!ch) throw new ProtocolError(`bad pipe frame: buffer on unknown channel ${e.channel}`);

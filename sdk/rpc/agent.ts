@@ -34,7 +34,7 @@ import { agentStarted, agentStopped, registrations } from "./process.js";
 import { type CallKind, nowMs, profiler } from "./profiler.js";
 import { RRef, type RRefHost } from "./rref.js";
 import { RRefContext } from "./rref_context.js";
-import { RpcPipe } from "./rpc_pipe.js";
+import { RpcPipe, allocateOnDevice } from "./rpc_pipe.js";
 import { CallServer } from "./serving.js";
 import { ShutdownSync } from "./shutdown_sync.js";
 import {
@@ -401,7 +401,13 @@ export class Agent implements RRefHost {
   }
 
   private pipeOptions(): PipeOptions {
-    return { local: this.caps, secret: this.config.secret, host: this.advertised, timeoutMs: 10_000 };
+    return {
+      local: this.caps,
+      secret: this.config.secret,
+      host: this.advertised,
+      timeoutMs: 10_000,
+      allocateDevice: allocateOnDevice,
+    };
   }
 
   /** The outgoing pipe to `name`, opened on first use. */

@@ -5,28 +5,25 @@
  * A call, step by step:
  * 1. Caller, outgoing request: every tensor in the arguments must have a
  *    target under the caller's map for the callee (CPU tensors always do);
- *    one that has none fails the call before anything is sent. When the map
- *    is not empty it travels with the request as [source, target] pairs.
- * 2. Callee, incoming request: each tensor moves to map[its device] (CPU
- *    tensors to the CPU unless "cpu" is mapped). A target device this worker
- *    cannot use fails the call with a DeviceError the caller receives.
- * 3. Callee, outgoing reply: the same check and meta with the inverse of the
- *    map that came with the request (step 1), so results return to the
- *    caller's devices; a reply tensor the inverse does not cover fails the call.
- * 4. Caller, incoming reply: as step 2 with that inverse.
- * With no maps configured nothing travels and no tensor moves.
+ *    one that has none fails the call before anything is sent (DeviceError
+ *    naming the device and the callee). When the map is not empty it travels
+ *    with the request as [source, target] pairs: the message's route.
+ * 2. The route places the bytes: RpcPipe.send (./rpc_pipe.ts) sends each
+ *    tensor's buffer with target route[its device] (`routeOf`), the pipe picks
+ *    the channel for that (source, target) pair (cuda_ipc, nccl or
+ *    cuda_staging for device memory) and the callee's pipe receives it
+ *    straight into memory on the target device. So the tensor arrives where
+ *    the map says, and step 2's incoming hook has nothing to move.
+ * 3. Callee, outgoing reply: the same check and route with the inverse of the
+ *    map that came with the request, so results return to the caller's
+ *    devices; a reply tensor the inverse does not cover fails the call.
+ * 4. Distributed autograd sends gradients back with the inverse of the route
+ *    their forward message took (`withRoute`), as PyTorch's RecvRpcBackward.
+ * With no maps configured nothing travels and every tensor must be on the CPU.
  *
  * NB: tensors are found in arrays, plain objects and Map values (what the wire
- * codec carries as containers); tensors inside class instances are not moved.
- * NB: today every tensor on the wire is CPU memory: a mapped tensor on a GPU
- * passes step 1's map check but is then refused (cannotSendFromDevice), and
- * step 2 only ever moves CPU tensors (where "cpu" is mapped). A GPU build
- * sends device memory through the CUDA channels and places received bytes on
- * the target device there.
+ * codec carries as containers); tensors inside class instances are not checked.
  */
-import { DeviceError } from "../errors/index.js";
-import { noGrad } from "../autograd/grad_mode.js";
-import type { Device } from "../tensor/device.js";
 import { Tensor } from "../tensor/tensor.js";
 import { addMessageHook, type HookedMessageKind, type MessageHook } from "./hooks.js";
 import type { Agent } from "./agent.js";
@@ -75,18 +72,6 @@ export function mapTensors(v: unknown, f: (t: Tensor) => Tensor | void, seen = n
   return v;
 }
 
-/**
- * NB: the agent writes tensor bytes from host memory (wire + TCP); the CUDA channels that move
- * device memory are not built yet. Until then a mapped device tensor is refused
- * here with what to do, rather than by the wire's generic "host code cannot read" error.
- */
-function cannotSendFromDevice(device: Device, to: string): DeviceError {
-  return new DeviceError(
-    `cannot send a tensor on ${device} to "${to}": this tprpc build sends tensor bytes from host memory only ` +
-      "(the CUDA channels come with the GPU backend); send x.cpu() instead",
-  );
-}
-
 /** What the hook needs to know about this worker. */
 export interface DeviceMapSelf {
   readonly name: string;
@@ -100,19 +85,35 @@ function mapFor(self: DeviceMapSelf | null, kind: HookedMessageKind, peer: strin
   return pairs ? DeviceMap.fromPairs(pairs, `the device map from "${peer}"`).inverse() : DeviceMap.EMPTY;
 }
 
-/** A copy of a received tensor on `device`, still a leaf with the same requiresGrad. */
-function place(t: Tensor, device: Device, self: string, from: string, source: Device): Tensor {
+/** A route set by withRoute for the requests made synchronously inside it. */
+let routeOverride: DeviceMap | null = null;
+
+/**
+ * Runs `f` (which makes one request synchronously, e.g. rpcSync) with `pairs` as that request's
+ * route instead of this worker's map for the callee: distributed autograd's gradients go back with
+ * the inverse of their forward message's route.
+ */
+export function withRoute<T>(pairs: readonly (readonly [string, string])[] | null, f: () => T): T {
+  const prev = routeOverride;
+  routeOverride = pairs && pairs.length > 0 ? DeviceMap.fromPairs(pairs, "a gradient's route") : DeviceMap.EMPTY;
   try {
-    const moved = noGrad(() => t.detach().to(device));
-    if (t.requiresGrad) moved.requiresGrad_(true);
-    return moved;
-  } catch (e) {
-    if (!(e instanceof DeviceError)) throw e;
-    throw new DeviceError(
-      `worker "${self}" cannot place a tensor from "${from}" on ${device} (the device map from "${from}" maps ` +
-        `${source} to it): ${e.message}`,
-    );
+    return f();
+  } finally {
+    routeOverride = prev;
   }
+}
+
+/** The route a message's payload carries: source device -> target device (empty: every tensor stays on the CPU). */
+export function routeOf(payload: unknown): DeviceMap {
+  const ext = (payload as { ext?: Record<string, unknown> } | null)?.ext;
+  const pairs = (ext?.[DEVICE_MAP_HOOK_KEY] as Meta | undefined)?.map;
+  return pairs ? DeviceMap.fromPairs(pairs, "a message's device map") : DeviceMap.EMPTY;
+}
+
+/** The inverse of the route in a received message's ext (what a reply or a gradient to it follows), as pairs. */
+export function inverseRoutePairs(ext: Record<string, unknown> | undefined): [string, string][] | null {
+  const pairs = (ext?.[DEVICE_MAP_HOOK_KEY] as Meta | undefined)?.map;
+  return pairs ? DeviceMap.fromPairs(pairs, "a message's device map").inverse().pairs() : null;
 }
 
 /** The hook, reading the worker's name and maps from `self(agent)`: the message's agent (null before initRpc). */
@@ -122,25 +123,20 @@ export function makeDeviceMapHook(self: (agent: Agent | undefined) => DeviceMapS
 
     outgoing({ agent, to, kind, values, requestMeta }) {
       const me = self(agent);
-      const map = mapFor(me, kind, to, requestMeta);
+      const map = kind === "request" && routeOverride ? routeOverride : mapFor(me, kind, to, requestMeta);
       mapTensors(values, (t) => {
         targetDevice(kind, me?.name ?? "this worker", to, map, t.device);
-        if (t.device.type !== "cpu") throw cannotSendFromDevice(t.device, to);
       });
       if (map.size === 0) return undefined;
       const meta: Meta = { map: map.pairs() };
       return { values, meta };
     },
 
-    incoming({ agent, from, values, meta }) {
+    incoming({ from, values, meta }) {
+      // NB: the tensors already landed on their mapped devices (step 2); only the map's form is checked
       const pairs = (meta as Meta | undefined)?.map;
-      if (!pairs) return values;
-      const name = self(agent)?.name ?? "this worker";
-      const map = DeviceMap.fromPairs(pairs, `the device map from "${from}"`);
-      return mapTensors(values, (t) => {
-        const target = map.get(t.device);
-        return target && !target.equals(t.device) ? place(t, target, name, from, t.device) : undefined;
-      });
+      if (pairs) DeviceMap.fromPairs(pairs, `the device map from "${from}"`);
+      return values;
     },
   };
 }

@@ -31,7 +31,15 @@ export interface MessageHook {
     /** For a reply: the metadata this hook attached to the request. */
     requestMeta?: unknown;
   }): { values: unknown; meta?: unknown } | undefined;
-  incoming?(msg: { agent?: Agent; from: string; kind: HookedMessageKind; values: unknown; meta: unknown }): unknown;
+  incoming?(msg: {
+    agent?: Agent;
+    from: string;
+    kind: HookedMessageKind;
+    values: unknown;
+    meta: unknown;
+    /** The whole ext record (other hooks' metadata, e.g. the device route a gradient must go back by). */
+    ext?: Record<string, unknown>;
+  }): unknown;
   around?<T>(meta: unknown, from: string, run: () => Promise<T>): Promise<T>;
 }
 
@@ -70,7 +78,8 @@ export function hookIncoming(
   values: unknown,
   ext: Record<string, unknown> | undefined,
 ): unknown {
-  for (const h of messageHooks) if (h.incoming) values = h.incoming({ agent, from, kind, values, meta: ext?.[h.key] });
+  for (const h of messageHooks)
+    if (h.incoming) values = h.incoming({ agent, from, kind, values, meta: ext?.[h.key], ext });
   return values;
 }
 

@@ -7,11 +7,49 @@
  * moved; decodeControl rebuilds the message (tensors over those buffers; a
  * malformed frame throws, and the pipe closes); RRefs decoded in it may leave
  * promises the call must wait for (RRefContext.takeOwnedArrivals).
+ *
+ * Sending: each out-of-band buffer goes to the pipe with its target device,
+ * the message's route (./device_map_hook.ts `routeOf`) applied to the
+ * tensor's device: host bytes for CPU tensors, a device buffer (the storage's
+ * device memory, untouched) for CUDA ones. The pipe picks the channel for
+ * each (source, target) pair; a CUDA buffer is never copied to the host here.
+ * Receiving: a buffer whose target is a device lands in memory allocated on
+ * that device (`allocateOnDevice`, the pipe's allocateDevice), and the tensor
+ * is rebuilt over it there.
  */
-import type { ChannelBuffer } from "../channel/interface.js";
+import type { ChannelBuffer, DeviceRef } from "../channel/interface.js";
+import { DeviceError } from "../errors/index.js";
 import type { Pipe } from "../pipe/index.js";
-import { type DecodedMessage, type MessageType, decodeControl, encodeMessage } from "../wire/index.js";
+import { deviceBackendFor } from "../tensor/backend/devices.js";
+import type { DeviceMemory } from "../tensor/backend/interface.js";
+import { Device, cpu } from "../tensor/device.js";
+import {
+  type BufferDescriptor,
+  type DecodedMessage,
+  DeviceKind,
+  type MessageType,
+  type WireBuffer,
+  decodeControl,
+  encodeMessage,
+  isDeviceWindow,
+} from "../wire/index.js";
+import type { DeviceMap } from "./device_map.js";
+import { routeOf } from "./device_map_hook.js";
 import type { RRefContext } from "./rref_context.js";
+
+/** The pipe's allocateDevice: fresh memory for `byteLength` received bytes on a local device. */
+export function allocateOnDevice(byteLength: number, d: DeviceRef): ChannelBuffer {
+  const device = Device.parse(`${d.type}:${d.index}`);
+  const backend = deviceBackendFor(device.type);
+  if (!backend) throw new DeviceError(`no ${device.type} device backend here to receive a tensor on ${device}`);
+  const memory = backend.alloc(device, byteLength, false);
+  return { kind: "cuda", deviceIndex: d.index, memory, offset: 0, byteLength };
+}
+
+/** The source device a buffer-table entry names. */
+function sourceOf(d: BufferDescriptor): Device {
+  return d.deviceType === DeviceKind.CUDA ? Device.parse(`cuda:${d.deviceIndex}`) : cpu;
+}
 
 export type RpcMessageHandler = (
   m: DecodedMessage,
@@ -30,7 +68,9 @@ export class RpcPipe {
     onClose: (p: RpcPipe, e: Error | null) => void,
   ) {
     pipe.onMessage((r) => {
-      const bytes = r.buffers.map((b) => (b.kind === "cpu" ? b.bytes : new Uint8Array(0)));
+      const bytes = r.buffers.map((b): WireBuffer =>
+        b.kind === "cpu" ? b.bytes : { memory: b.memory as DeviceMemory, offset: b.offset, byteLength: b.byteLength },
+      );
       // NB: a decode error propagates to the pipe, which closes (a malformed frame closes that pipe)
       const m = decodeControl(r.control, bytes, { user: rrefs });
       onMessage(m, this, r.bytes, rrefs.takeOwnedArrivals());
@@ -45,7 +85,7 @@ export class RpcPipe {
 
   /** Encodes and sends one message; resolves to the bytes sent once it left. */
   send(type: MessageType, id: number, payload: unknown): Promise<number> {
-    let m;
+    let m: ReturnType<typeof encodeMessage>;
     // NB: encoding is synchronous, so no other send interleaves: owner RRefs described in it are held by our peer
     this.rrefs.encodingFor = this.peerName;
     try {
@@ -56,13 +96,44 @@ export class RpcPipe {
       this.rrefs.encodingFor = "";
     }
     let bytes = m.header.byteLength + m.payload.byteLength + 16;
-    // NB: the wire layer hands out host bytes for every tensor today (its descriptor names the device,
-    // and the receiver's decoder places it), so every buffer travels as cpu → cpu.
-    const buffers = m.buffers.map((b) => {
-      bytes += b.byteLength + 16;
-      return { buffer: { kind: "cpu", bytes: b } as ChannelBuffer };
-    });
+    let buffers;
+    try {
+      const route = m.buffers.length > 0 ? routeOf(payload) : null;
+      buffers = m.buffers.map((b, i) => {
+        bytes += b.byteLength + 16;
+        const target = this.targetOf(sourceOf(m.descriptors[i]!), route!);
+        const buffer: ChannelBuffer = isDeviceWindow(b)
+          ? {
+              kind: "cuda",
+              deviceIndex: b.memory.device.index,
+              memory: b.memory,
+              offset: b.offset,
+              byteLength: b.byteLength,
+            }
+          : { kind: "cpu", bytes: b };
+        return { buffer, target: { type: target.type, index: target.type === "cpu" ? 0 : target.index } };
+      });
+    } catch (e) {
+      return Promise.reject(e);
+    }
     return this.pipe.send({ control: [m.header, m.payload], buffers }).then(() => bytes);
+  }
+
+  /** Where a buffer from `source` lands on the peer: route[source], CPU bytes on the CPU; checked against the peer's devices. */
+  private targetOf(source: Device, route: DeviceMap): Device {
+    const target = route.get(source) ?? source;
+    if (target.type === "cpu") return target;
+    if (!route.get(source))
+      throw new DeviceError(
+        `a tensor on ${source} has no device mapping for "${this.peerName}": map it in deviceMaps, or send x.cpu()`,
+      );
+    const have = this.pipe.peerDevices?.[target.type] ?? 0;
+    if (target.index >= have)
+      throw new DeviceError(
+        `worker "${this.peerName}" cannot receive a tensor on ${target}: it has ${have} ${target.type.toUpperCase()} ` +
+          `device(s) (the device map sends ${source} there); map only to devices "${this.peerName}" has`,
+      );
+    return target;
   }
 
   close(): void {

@@ -34,6 +34,7 @@ import {
   resolveLimits,
 } from "./header.js";
 import {
+  type WireBuffer,
   type WireDecodeContext,
   type WireEncodeContext,
   isWireTag,
@@ -69,8 +70,11 @@ export interface EncodedMessage {
   header: Buffer;
   /** The msgpack payload. */
   payload: Buffer;
-  /** Out-of-band bytes, in buffer-table order. NB: zero-copy windows on tensor storages: don't write to the tensors until they are sent. */
-  buffers: Uint8Array[];
+  /**
+   * Out-of-band bytes, in buffer-table order: host bytes, or device windows for tensors on a device.
+   * NB: zero-copy windows on tensor storages: don't write to the tensors until they are sent.
+   */
+  buffers: WireBuffer[];
   /** Their descriptors (as in the header's table). */
   descriptors: BufferDescriptor[];
   /** The tensors encoded, in payload order. */
@@ -102,7 +106,7 @@ export interface Frame {
   header: FrameHeader;
   descriptors: BufferDescriptor[];
   payload: Uint8Array;
-  buffers: Uint8Array[];
+  buffers: WireBuffer[];
 }
 
 export const DEFAULT_MAX_DEPTH = 64;
@@ -122,12 +126,12 @@ export function encodeMessage(msg: Message, opts: EncodeOptions = {}): EncodedMe
   } catch (e) {
     throw e instanceof Refusal ? refusalError(e, walk) : e;
   }
-  const buffers: Uint8Array[] = [];
+  const buffers: WireBuffer[] = [];
   const descriptors: BufferDescriptor[] = [];
   const ctx: WireEncodeContext = {
     tensors: [],
     user: opts.user,
-    addBuffer(bytes: Uint8Array, device: Device): number {
+    addBuffer(bytes: WireBuffer, device: Device): number {
       if (buffers.length >= limits.maxBuffers)
         throw new SerializationError(
           `the message holds more than ${limits.maxBuffers} tensors (the receivers' limit, maxBuffers), which ` +
@@ -162,7 +166,7 @@ export function encodeMessage(msg: Message, opts: EncodeOptions = {}): EncodedMe
 export function decodeMessage(
   header: Uint8Array,
   payload: Uint8Array,
-  buffers: readonly Uint8Array[],
+  buffers: readonly WireBuffer[],
   opts: DecodeOptions = {},
 ): DecodedMessage {
   const limits = resolveLimits(opts);
@@ -212,7 +216,7 @@ export function decodeFrame(frame: Frame, opts: DecodeOptions = {}): DecodedMess
  */
 export function decodeControl(
   control: Uint8Array,
-  buffers: readonly Uint8Array[],
+  buffers: readonly WireBuffer[],
   opts: DecodeOptions = {},
 ): DecodedMessage {
   const limits = resolveLimits(opts);

@@ -39,6 +39,9 @@ export {
   type WireType,
   type WireEncodeContext,
   type WireDecodeContext,
+  type WireBuffer,
+  type DeviceWindow,
+  isDeviceWindow,
 } from "./registry.js";
 export { RemoteErrorRecord, errorFromWire } from "./error.js";
 export { MAX_TENSOR_DIMS, type TensorDescriptor } from "./tensor.js";

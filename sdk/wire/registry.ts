@@ -26,6 +26,7 @@
  */
 import { Packr, addExtension } from "msgpackr";
 import { ProtocolError, ValueError } from "../errors/index.js";
+import type { DeviceMemory } from "../tensor/backend/interface.js";
 import type { Device } from "../tensor/device.js";
 import type { Tensor } from "../tensor/tensor.js";
 import type { BufferDescriptor } from "./header.js";
@@ -41,10 +42,29 @@ export const WIRE_EXT = {
   RPC_LAST: 0x3f,
 } as const;
 
+/**
+ * Bytes of device memory as an out-of-band buffer: [offset, offset + byteLength) of `memory`.
+ * A CUDA tensor's bytes travel as one, so they never pass through host memory here; the pipe's
+ * device channels move them (received ones are whole allocations: offset 0).
+ */
+export interface DeviceWindow {
+  readonly memory: DeviceMemory;
+  readonly offset: number;
+  readonly byteLength: number;
+}
+
+/** An out-of-band buffer: host bytes, or a window on device memory. */
+export type WireBuffer = Uint8Array | DeviceWindow;
+
+/** True for a window on device memory. */
+export function isDeviceWindow(b: WireBuffer): b is DeviceWindow {
+  return !(b instanceof Uint8Array);
+}
+
 /** What a wire type's `encode` may use while a message is being encoded. */
 export interface WireEncodeContext {
   /** Appends an out-of-band buffer (sent as is, never copied into the payload); returns its index. */
-  addBuffer(bytes: Uint8Array, device: Device): number;
+  addBuffer(bytes: WireBuffer, device: Device): number;
   /** Every tensor encoded so far in this message, in payload order (for distributed autograd). */
   readonly tensors: Tensor[];
   /** The `user` value given to encodeMessage (e.g. the rpc agent's per-peer state). */
@@ -53,8 +73,8 @@ export interface WireEncodeContext {
 
 /** What a wire type's `decode` may use while a message is being decoded. */
 export interface WireDecodeContext {
-  /** The frame's out-of-band buffers, as received. */
-  readonly buffers: readonly Uint8Array[];
+  /** The frame's out-of-band buffers, as received (device windows for those that landed on a device). */
+  readonly buffers: readonly WireBuffer[];
   /** Their descriptors from the buffer table. */
   readonly descriptors: readonly BufferDescriptor[];
   /** Every tensor decoded so far in this message, in payload order. */

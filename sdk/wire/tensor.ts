@@ -15,17 +15,30 @@
  * 3. The descriptor is `[dtype, shape, bufferIndex, device, requiresGrad]` for a tensor
  *    laid out contiguously from the buffer's start, else the same plus
  *    `[strides, offset]` within the buffer.
+ * 4. A tensor on a device (CUDA) sends a DeviceWindow on its storage's device memory
+ *    instead of host bytes: the pipe's device channels move it, and nothing here reads it.
  * Decoding validates every field (hostile input) and rebuilds the tensor over the
  * received bytes without a copy when they are aligned for the dtype, else copies them
- * into an aligned array.
+ * into an aligned array. A tensor lives where its buffer landed: on the CPU for host
+ * bytes, on the window's device for device memory (the sender chose that target with
+ * its device map, sdk/rpc/device_map_hook.ts); the descriptor's device is the sender's.
  */
 import { DeviceError, ProtocolError } from "../errors/index.js";
 import { type DType, DTYPES, type StorageArray, allocArray, isFloating, itemSize } from "../tensor/dtype.js";
 import { contiguous } from "../tensor/raw.js";
+import { type Device, cpu } from "../tensor/device.js";
 import { contiguousStrides } from "../tensor/shape.js";
 import { Storage } from "../tensor/storage.js";
 import { Tensor } from "../tensor/tensor.js";
-import { WIRE_EXT, type WireDecodeContext, type WireEncodeContext, defineWireType } from "./registry.js";
+import {
+  type DeviceWindow,
+  WIRE_EXT,
+  type WireBuffer,
+  type WireDecodeContext,
+  type WireEncodeContext,
+  defineWireType,
+  isDeviceWindow,
+} from "./registry.js";
 
 /** Most dims a received tensor may have. */
 export const MAX_TENSOR_DIMS = 64;
@@ -64,6 +77,12 @@ function bytesOf(data: StorageArray, offsetElems: number, byteLength: number): U
   return new Uint8Array(data.buffer, data.byteOffset + offsetElems * data.BYTES_PER_ELEMENT, byteLength);
 }
 
+/** `byteLength` bytes of `s` from element `offsetElems`: host bytes on the CPU, a device window elsewhere. */
+function windowOf(s: Storage, offsetElems: number, byteLength: number): WireBuffer {
+  if (s.memory === null) return bytesOf(s.data, offsetElems, byteLength);
+  return { memory: s.memory, offset: offsetElems * itemSize(s.dtype), byteLength } satisfies DeviceWindow;
+}
+
 /** The buffer index of `elems` elements of t's storage from `start`: one buffer per window and message. */
 function windowBuffer(t: Tensor, ctx: WireEncodeContext, start: number, elems: number): number {
   let byStorage = sentBuffers.get(ctx);
@@ -73,7 +92,7 @@ function windowBuffer(t: Tensor, ctx: WireEncodeContext, start: number, elems: n
   const key = `${start}:${elems}`;
   let index = views.get(key);
   if (index === undefined) {
-    index = ctx.addBuffer(bytesOf(t.storage.data, start, elems * itemSize(t.dtype)), t.device);
+    index = ctx.addBuffer(windowOf(t.storage, start, elems * itemSize(t.dtype)), t.device);
     views.set(key, index);
   }
   return index;
@@ -92,7 +111,7 @@ export function encodeTensor(t: Tensor, ctx: WireEncodeContext): TensorDescripto
     return [t.dtype, [...t.shape], index, t.device.toString(), t.requiresGrad, [...t.strides], t.offset - span[0]];
   }
   const c = contiguous(t);
-  const index = ctx.addBuffer(bytesOf(c.storage.data, c.offset, byteLength), t.device);
+  const index = ctx.addBuffer(windowOf(c.storage, c.offset, byteLength), t.device);
   return [t.dtype, [...t.shape], index, t.device.toString(), t.requiresGrad];
 }
 
@@ -125,6 +144,15 @@ export function arrayFromBytes(dtype: DType, bytes: Uint8Array): StorageArray {
   const out = allocArray(dtype, n);
   new Uint8Array(out.buffer, out.byteOffset, out.byteLength).set(bytes);
   return out;
+}
+
+/** A storage over a received buffer: host bytes (on the CPU) or a whole device allocation. */
+function storageOver(bytes: WireBuffer, dt: DType, dev: Device): Storage {
+  if (!isDeviceWindow(bytes)) {
+    return new Storage(arrayFromBytes(dt, bytes), dt, dev);
+  }
+  if (bytes.offset !== 0) throw bad("a received device buffer must start its allocation");
+  return Storage.onDevice(bytes.memory, dt, bytes.byteLength / itemSize(dt));
 }
 
 export function decodeTensor(data: unknown, ctx: WireDecodeContext): Tensor {
@@ -176,7 +204,9 @@ export function decodeTensor(data: unknown, ctx: WireDecodeContext): Tensor {
   if (requiresGrad && !isFloating(dt)) throw bad(`a ${dt} tensor cannot require grad`);
   let dev;
   try {
-    dev = ctx.mapDevice(device);
+    // NB: the sender's device must parse, but the tensor lives where its buffer landed
+    ctx.mapDevice(device);
+    dev = isDeviceWindow(bytes) ? bytes.memory.device : cpu;
   } catch (e) {
     if (e instanceof DeviceError) throw bad(e.message);
     throw e;
@@ -185,7 +215,7 @@ export function decodeTensor(data: unknown, ctx: WireDecodeContext): Tensor {
   if (!storages) receivedStorages.set(ctx, (storages = new Map()));
   const key = `${index}:${dt}:${dev.toString()}`;
   let storage = storages.get(key);
-  if (!storage) storages.set(key, (storage = new Storage(arrayFromBytes(dt, bytes), dt, dev)));
+  if (!storage) storages.set(key, (storage = storageOver(bytes, dt, dev)));
   const t = new Tensor(storage, shape as number[], strides, offset);
   if (requiresGrad) t.requiresGrad_(true);
   ctx.tensors.push(t);

@@ -189,11 +189,14 @@ describe("cuda_ipc against the stand-in driver", () => {
     const devices = () => [
       { index: 0, name: "G", pciBusId: "0:1", major: 9, minor: 0, multiProcessors: 1, unifiedAddressing: true },
     ];
-    const ctx = createCudaIpcContext({ driver: usable, devices, dataPath: true, ipc: new StandinDriver(world, "A") });
-    const [ba] = bootstrapPair("cuda_ipc");
-    const ch = await ctx.createChannel(ba);
-    expect(ch.name).toBe("cuda_ipc");
+    const ctx = (who: "A" | "B") =>
+      createCudaIpcContext({ driver: usable, devices, dataPath: true, ipc: new StandinDriver(world, who) });
+    // NB: both sides of the pipe: they agree on the channel (a failed setup on either makes both stage)
+    const [ba, bb] = bootstrapPair("cuda_ipc");
+    const [ch, peer] = await Promise.all([ctx("A").createChannel(ba), ctx("B").createChannel(bb)]);
+    expect([ch.name, peer.name]).toEqual(["cuda_ipc", "cuda_ipc"]);
     ch.close();
+    peer.close();
     const none = createCudaIpcContext({ driver: usable, devices, dataPath: false });
     expect(none.isViable()).toBe(false);
     expect(none.whyNotViable?.()).toMatch(/no cuda_ipc data path/);

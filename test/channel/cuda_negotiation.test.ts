@@ -19,6 +19,10 @@ import {
 import { createCudaIpcContext } from "../../sdk/channel/cuda_ipc/index.js";
 import { CUDA_STAGING_PRIORITY, createCudaStagingContext } from "../../sdk/channel/cuda_staging/index.js";
 import { createNcclContext } from "../../sdk/channel/nccl/index.js";
+import type { StagingDriver } from "../../sdk/channel/cuda_staging/staging.js";
+
+/** Staging calls for contexts that only advertise: negotiation copies nothing. */
+const NO_COPIES = {} as StagingDriver;
 import { ChannelNotViableError } from "../../sdk/errors/index.js";
 import { type CudaDeviceInfo, type GpuLibrary, gpuLibrary } from "../../sdk/native/gpu.js";
 import { CAPABILITIES_VERSION, flipNegotiation, negotiate } from "../../sdk/pipe/negotiate.js";
@@ -60,6 +64,8 @@ interface Worker {
   gpus?: number;
   ncclVersion?: string | null;
   ucx?: string | null;
+  /** false: the cuda_ipc driver is not viable here, so (as localCapabilities does) it is not advertised. */
+  ipc?: boolean;
 }
 
 /** A worker's Capabilities: the GPU contexts' real adverts plus shm/tcp (and ucx when given). */
@@ -68,9 +74,9 @@ function caps(w: Worker): Capabilities {
   const devices = { cpu: 1, cuda: w.gpus ?? 2 };
   const gpuDevices = () => (devices.cuda > 0 ? twoGpus().slice(0, devices.cuda) : []);
   const contexts: ChannelContext[] = [
-    createCudaIpcContext({ driver: usable("cuda", "12.4"), devices: gpuDevices, dataPath: true }),
-    createCudaStagingContext({ dataPath: true }),
-  ];
+    createCudaIpcContext({ driver: usable("cuda", "12.4"), devices: gpuDevices, dataPath: w.ipc !== false }),
+    createCudaStagingContext({ dataPath: true, calls: NO_COPIES }),
+  ].filter((c) => c.isViable());
   if (w.ncclVersion !== null)
     contexts.push(
       createNcclContext({
@@ -138,6 +144,16 @@ describe("GPU pairs: which channel negotiate() picks", () => {
     expect(choose(far("2.21.5", "a", "boot-a"), far("2.21.3", "b", "boot-b")).choice["cuda-cuda"]).toBe("nccl");
   });
 
+  it("prefers cuda_ipc where both drivers are viable, then nccl, then staging", () => {
+    expect(choose(caps({ name: "a" }), caps({ name: "b" })).choice["cuda-cuda"]).toBe("cuda_ipc");
+    // one side's cuda_ipc driver says not viable: it is not offered, and nccl carries the pair
+    expect(choose(caps({ name: "a", ipc: false }), caps({ name: "b" })).choice["cuda-cuda"]).toBe("nccl");
+    // neither direct driver on one side: staging through host memory
+    expect(choose(caps({ name: "a", ipc: false, ncclVersion: null }), caps({ name: "b" })).choice["cuda-cuda"]).toBe(
+      "cuda_staging",
+    );
+  });
+
   it("a GPU worker and a CPU-only worker: staging for the GPU's tensors, shm for the CPU's", () => {
     const n = choose(caps({ name: "gpu" }), caps({ name: "cpuonly", gpus: 0 }));
     expect(n.choice).toEqual({ "cpu-cpu": "shm", "cuda-cpu": "cuda_staging" });
@@ -174,15 +190,24 @@ describe("GPU pairs: which channel negotiate() picks", () => {
 });
 
 describe("the GPU channel contexts on this machine", () => {
-  it.skipIf(gpuLibrary("cuda").isViable())("are registered, not viable, and say why", () => {
-    for (const name of ["cuda_ipc", "nccl", "cuda_staging"]) {
+  it.skipIf(gpuLibrary("cuda").isViable())("are registered; the direct ones not viable, saying why", () => {
+    for (const name of ["cuda_ipc", "nccl"]) {
       const ctx = getChannel(name)!;
       expect(ctx).toBeDefined();
       expect(ctx.isViable()).toBe(false);
     }
     expect(getChannel("cuda_ipc")!.whyNotViable!()).toMatch(/^cuda_ipc needs the CUDA driver: .+/);
     expect(getChannel("nccl")!.whyNotViable!()).toMatch(/^nccl needs the CUDA driver: .+/);
-    expect(getChannel("cuda_staging")!.whyNotViable!()).toMatch(/no cuda_staging data path yet/);
+    // staging's host side needs nothing: viable everywhere, GPU pairs only with a CUDA device's copies
+    expect(getChannel("cuda_staging")!.isViable()).toBe(true);
+    expect(getChannel("cuda_staging")!.advertise(host("b"), { cpu: 1, cuda: 0 })?.priorities).toEqual({
+      "cpu-cuda": CUDA_STAGING_PRIORITY,
+    });
+    const noCalls = createCudaStagingContext({ dataPath: true });
+    expect(noCalls.advertise(host("b"), { cpu: 1, cuda: 2 })?.priorities).toEqual({
+      "cpu-cuda": CUDA_STAGING_PRIORITY,
+    });
+    expect(createCudaStagingContext({ dataPath: false }).whyNotViable!()).toMatch(/no cuda_staging data path/);
   });
 
   it("are not viable even with a usable driver and devices when the build lacks the data path", () => {
@@ -195,7 +220,7 @@ describe("the GPU channel contexts on this machine", () => {
 
   it("refuse setup with ChannelNotViableError naming the peer and the reason", async () => {
     const b = { peerName: "worker1" } as Parameters<ChannelContext["createChannel"]>[0];
-    for (const name of ["cuda_ipc", "nccl", "cuda_staging"]) {
+    for (const name of ["cuda_ipc", "nccl"]) {
       const p = getChannel(name)!.createChannel(b);
       await expect(p).rejects.toThrow(ChannelNotViableError);
       await expect(p).rejects.toThrow(new RegExp(`^${name} to "worker1" cannot be set up: `));

@@ -16,6 +16,13 @@ import { StagingStandin, lanePair } from "./staging_standin.js";
 
 const MiB = 1 << 20;
 
+/** The bytes of the binary fields in a setup message. */
+function binaryBytes(m: unknown): number {
+  if (m instanceof Uint8Array) return m.byteLength;
+  if (m === null || typeof m !== "object") return 0;
+  return Object.values(m as Record<string, unknown>).reduce<number>((n, v) => n + binaryBytes(v), 0);
+}
+
 function pair(opts: { chunkBytes?: number } = {}) {
   const world = new GpuWorld();
   const a = new StandinDriver(world, "A");
@@ -150,10 +157,27 @@ describe("the cuda_staging channel of a pipe, over the stand-in", () => {
     const a = new StandinDriver(world, "A");
     const b = new StandinDriver(world, "B");
     const [ba, bb, closePipe] = bootstrapPair("cuda_staging");
+    // the bytes of binary fields the setup messages carry (the pipe's control connection)
+    const control = { bytes: 0 };
+    const send = ba.send.bind(ba);
+    ba.send = (m) => ((control.bytes += binaryBytes(m)), send(m));
     const ctx = (m: StandinDriver) => createCudaStagingContext({ dataPath: true, calls: new StagingStandin(world, m) });
     const [ta, tb] = await Promise.all([ctx(a).createChannel(ba), ctx(b).createChannel(bb)]);
-    return { world, a, b, ta, tb, closePipe };
+    return { world, a, b, ta, tb, closePipe, control };
   }
+
+  it("moves the chunks on its tcp lanes, from and into the pinned slots: the control connection carries only notices", async () => {
+    const { a, b, ta, tb, control } = await channels();
+    const n = 9 * MiB + 5;
+    const src = a.alloc(n);
+    fill(a.view(src, n), 21);
+    const dst = b.alloc(n);
+    const before = control.bytes;
+    const s = ta.send(dev(src, n));
+    await Promise.all([s.done, tb.recv(s.descriptor, dev(dst, n))]);
+    expect(Buffer.from(b.view(dst, n)).equals(Buffer.from(a.view(src, n)))).toBe(true);
+    expect(control.bytes - before, "three 4-byte chunk notices").toBe(12);
+  });
 
   it("carries cuda-cuda, cuda-cpu and cpu-cuda transfers, several at once, intact", async () => {
     const { a, b, ta, tb } = await channels();

@@ -199,7 +199,9 @@ export function bootstrapPair(channel: string): [ChannelBootstrap, ChannelBootst
       timeoutMs: 5000,
       send(msg) {
         if (!open) return Promise.reject(new Error("pipe closed"));
-        queueMicrotask(() => (listeners[peer] ? listeners[peer]!(msg) : inbox[peer].push(msg)));
+        // NB: as the pipe does, the message is serialized (here: cloned) before send returns
+        const copy = structuredClone(msg);
+        queueMicrotask(() => (listeners[peer] ? listeners[peer]!(copy) : inbox[peer].push(copy)));
         return Promise.resolve();
       },
       onMessage(cb) {

@@ -1,19 +1,20 @@
 /**
  * Device maps between real processes on 127.0.0.1 (this process is the
  * master; two `tprpc worker` processes), on a machine without CUDA:
- * 1. the master's map for worker1 travels with each call and worker1 applies
- *    it on receipt — here {cpu: cuda:0}, which worker1 cannot honour, so the
- *    call fails with worker1's DeviceError naming the map. A static group
- *    refuses such a map at init (test/conformance/device_maps.test.ts), so
- *    this group is dynamic: its members are not known at init, and the
- *    callee's own check is what stands;
+ * 1. the master's map for worker1 routes each tensor to its target device on
+ *    worker1 — here {cpu: cuda:0}, which worker1 (no CUDA device, as its pipe
+ *    handshake said) cannot receive, so the call fails on the master with a
+ *    DeviceError naming worker1, the device and the map, before anything is
+ *    sent. A static group refuses such a map at init
+ *    (test/conformance/device_maps.test.ts), so this group is dynamic: its
+ *    members are not known at init, and the send-time check is what stands;
  * 2. worker2 (no map) gets CPU tensors as before, and replies come back;
  * 3. a tensor on an unmapped device is refused before anything is sent
  *    (the master holds one through the host-backed DeviceBackend double).
  */
 import type { ChildProcess } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DeviceError, RemoteError, add, backend, rpc, tensor, type Tensor } from "../../sdk/index.js";
+import { DeviceError, add, backend, rpc, tensor, type Tensor } from "../../sdk/index.js";
 import { freePort, startWorker } from "./workers.js";
 import { HostBackedDevices } from "../tensor/device_double.js";
 
@@ -45,17 +46,15 @@ describe("device maps between real processes", () => {
     for (const c of children) if (c.exitCode === null) c.kill("SIGKILL");
   });
 
-  it("applies the caller's map on the callee: a target device it lacks fails the call there", async () => {
+  it("routes by the caller's map: a target device the callee lacks fails the call before sending", async () => {
     const call = rpc.rpcSync("worker1", add, [tensor([1, 2], { dtype: "float32" }), 1], { timeoutMs: 10_000 });
     const err = await call.then(
       () => null,
       (e: unknown) => e,
     );
-    expect(err).toBeInstanceOf(RemoteError);
-    expect((err as RemoteError).remoteName).toBe("DeviceError");
-    expect((err as RemoteError).workerName).toBe("worker1");
+    expect(err).toBeInstanceOf(DeviceError);
     expect((err as Error).message).toMatch(
-      /worker "worker1" cannot place a tensor from "master" on cuda:0 \(the device map from "master" maps cpu to it\): device 'cuda:0' is not available/,
+      /worker "worker1" cannot receive a tensor on cuda:0: it has 0 CUDA device\(s\) \(the device map sends cpu there\)/,
     );
     // a call without tensors is unaffected by the map
     expect(await rpc.rpcSync("worker1", (a: number) => a * 2, [21], { timeoutMs: 10_000 })).toBe(42);

@@ -99,7 +99,13 @@ function wireSeeds(): Seed[] {
     ];
     for (let b = 0; b < e.descriptors.length; b++)
       lengths.push({ off: 24 + 16 * b, le: true }, { off: 28 + 16 * b, le: true });
-    return { bytes: Buffer.concat([e.header, e.payload]), lengths, buffers: e.buffers, split: e.header.length };
+    // NB: CPU tensors only: every buffer is host bytes
+    return {
+      bytes: Buffer.concat([e.header, e.payload]),
+      lengths,
+      buffers: e.buffers as Uint8Array[],
+      split: e.header.length,
+    };
   });
 }
 

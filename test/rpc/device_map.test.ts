@@ -3,12 +3,21 @@
  * RpcBackendOptions.setDeviceMap, initRpc's option validation on this machine
  * (no CUDA) and with the host-backed DeviceBackend double (2 "devices"), the
  * send-side refusal of unmapped devices, and the message hook's routing
- * (request map, inverse for replies, tensors placed on receipt).
+ * (the request's map as its route, the inverse for replies, withRoute for
+ * gradients). Tensors landing on their target devices is the pipe's part,
+ * checked between processes in test/e2e/cuda_rpc.test.ts.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { DeviceError, ValueError, backend, cuda, rpc, tensor, type Tensor } from "../../sdk/index.js";
 import { DeviceMap, parseDeviceMaps, parseDevices, targetDevice } from "../../sdk/rpc/device_map.js";
-import { makeDeviceMapHook, mapTensors } from "../../sdk/rpc/device_map_hook.js";
+import {
+  DEVICE_MAP_HOOK_KEY,
+  inverseRoutePairs,
+  makeDeviceMapHook,
+  mapTensors,
+  routeOf,
+  withRoute,
+} from "../../sdk/rpc/device_map_hook.js";
 import { parseInitOptions } from "../../sdk/rpc/rendezvous/options.js";
 import { Device } from "../../sdk/tensor/device.js";
 import { HostBackedDevices } from "../tensor/device_double.js";
@@ -138,52 +147,53 @@ describe("with the host-backed DeviceBackend double (2 devices)", () => {
   const hook = makeDeviceMapHook(() => self);
   const callee = makeDeviceMapHook(() => ({ name: "w1", deviceMaps: new Map() }));
 
-  it("runs a request and its reply through the hook: meta out, tensors placed in, inverse back", () => {
+  it("runs a request and its reply through the hook: the route out, nothing moved, the inverse back", () => {
     const x = tensor([1, 2], { dtype: "float32", device: "cuda:0", requiresGrad: true });
     const c = tensor([3], { dtype: "float32" });
     const args = Object.freeze([{ a: x, list: [c] }, new Map([["k", c]])]);
-    // a mapped GPU tensor passes the map check but cannot leave host code in this build
-    expect(() => hook.outgoing!({ to: "w1", kind: "request", values: args })).toThrow(
-      /cannot send a tensor on cuda:0 to "w1": this tprpc build sends tensor bytes from host memory only/,
-    );
-    const onHost = Object.freeze([{ a: x.cpu(), list: [c] }, new Map([["k", c]])]);
-    const out = hook.outgoing!({ to: "w1", kind: "request", values: onHost })!;
-    expect(out.values).toBe(onHost); // nothing is moved or rewritten on the sender
+    const out = hook.outgoing!({ to: "w1", kind: "request", values: args })!;
+    expect(out.values).toBe(args); // nothing is moved or rewritten on the sender
     expect(out.meta).toEqual({
       map: [
         ["cuda:0", "cuda:1"],
         ["cpu", "cuda:0"],
       ],
     });
+    // the meta is the message's route: RpcPipe sends each buffer to route[its device]
+    const route = routeOf({ ext: { [DEVICE_MAP_HOOK_KEY]: out.meta } });
+    expect(route.get(dev("cuda:0"))?.toString()).toBe("cuda:1");
+    expect(route.get(dev("cpu"))?.toString()).toBe("cuda:0");
+    expect(routeOf({}).size).toBe(0);
 
-    // the callee receives CPU tensors here (the wire carries host bytes) and places them by the map
-    const received = [{ a: x.cpu().detach().requiresGrad_(true), list: [c] }, new Map([["k", c]])];
-    const placed = callee.incoming!({ from: "master", kind: "request", values: received, meta: out.meta }) as [
-      { a: Tensor; list: Tensor[] },
-      Map<string, Tensor>,
-    ];
-    expect(placed[0].a.device.toString()).toBe("cuda:0"); // "cpu" -> cuda:0
-    expect(placed[0].a.requiresGrad && placed[0].a.isLeaf).toBe(true);
-    expect(placed[0].list[0]!.device.toString()).toBe("cuda:0");
-    expect(placed[1].get("k")!.toArray()).toEqual([3]);
+    // the tensors landed on their targets already (the pipe received them there): incoming moves nothing
+    const received = [{ a: x.detach(), list: [c] }, new Map([["k", c]])];
+    expect(callee.incoming!({ from: "master", kind: "request", values: received, meta: out.meta })).toBe(received);
 
     // the reply follows the inverse of the request's map
     const y = tensor([5], { dtype: "float32", device: "cuda:1" });
-    expect(() => callee.outgoing!({ to: "master", kind: "response", values: y, requestMeta: out.meta })).toThrow(
-      /cannot send a tensor on cuda:1 to "master"/,
-    );
-    const reply = callee.outgoing!({ to: "master", kind: "response", values: y.cpu(), requestMeta: out.meta })!;
+    const reply = callee.outgoing!({ to: "master", kind: "response", values: y, requestMeta: out.meta })!;
     expect(reply.meta).toEqual({
       map: [
         ["cuda:1", "cuda:0"],
         ["cuda:0", "cpu"],
       ],
     });
-    const back = hook.incoming!({ from: "w1", kind: "response", values: y.cpu(), meta: reply.meta }) as Tensor;
-    expect(back.device.toString()).toBe("cpu"); // a CPU tensor on the wire stays on the CPU: no "cpu" key
+    expect(inverseRoutePairs({ [DEVICE_MAP_HOOK_KEY]: reply.meta })).toEqual((out.meta as { map: unknown }).map);
     const strayReply = () =>
       callee.outgoing!({ to: "master", kind: "response", values: [tensor([1], { device: 1 })], requestMeta: {} });
     expect(strayReply).toThrow(/Response device mapping is not available for destination master for device cuda:1/);
+  });
+
+  it("routes a request made inside withRoute by the route given, not the worker's own map", () => {
+    const g = tensor([1], { device: "cuda:1" });
+    // w1's map has no cuda:1, but a gradient going back by its message's inverse route does
+    expect(() => hook.outgoing!({ to: "w1", kind: "request", values: [g] })).toThrow(DeviceError);
+    const out = withRoute([["cuda:1", "cuda:0"]], () => hook.outgoing!({ to: "w1", kind: "request", values: [g] }));
+    expect(out?.meta).toEqual({ map: [["cuda:1", "cuda:0"]] });
+    // with no route (the forward message carried only CPU tensors), a CUDA tensor is refused
+    expect(() => withRoute(null, () => hook.outgoing!({ to: "w1", kind: "request", values: [g] }))).toThrow(
+      DeviceError,
+    );
   });
 
   it("sends nothing extra without maps and refuses unmapped devices before sending", () => {
@@ -194,13 +204,6 @@ describe("with the host-backed DeviceBackend double (2 devices)", () => {
     );
     expect(() => hook.outgoing!({ to: "w2", kind: "request", values: [{ t }] })).toThrow(
       /destination w2 for device cuda:1/,
-    );
-  });
-
-  it("names the map when the receiver cannot use a target device", () => {
-    const meta = { map: [["cpu", "cuda:5"]] };
-    expect(() => callee.incoming!({ from: "master", kind: "request", values: [tensor([1])], meta })).toThrow(
-      /worker "w1" cannot place a tensor from "master" on cuda:5 \(the device map from "master" maps cpu to it\): CUDA error: invalid device ordinal/,
     );
   });
 });

@@ -164,11 +164,11 @@ describe("wire codec", () => {
     const x = tensor([1, 2, 3, 4], { dtype: "float32" });
     const m = encodeMessage({ type: MessageType.REQUEST, id: 1, payload: x });
     const aligned = new Uint8Array(new ArrayBuffer(16));
-    aligned.set(m.buffers[0]!);
+    aligned.set(m.buffers[0] as Uint8Array);
     const a = decodeMessage(m.header, m.payload, [aligned]).payload as Tensor;
     expect(a.storage.data.buffer).toBe(aligned.buffer);
     const mis = new Uint8Array(new ArrayBuffer(17), 1, 16);
-    mis.set(m.buffers[0]!);
+    mis.set(m.buffers[0] as Uint8Array);
     const b = decodeMessage(m.header, m.payload, [mis]).payload as Tensor;
     expect(b.storage.data.buffer).not.toBe(mis.buffer);
     expect(b.storage.data.byteOffset % 4).toBe(0);

@@ -25,6 +25,8 @@
 import { ChannelNotViableError } from "../../errors/index.js";
 import { type CudaDeviceInfo, type GpuLibrary, cudaDevices, gpuLibrary, nativeGpu } from "../../native/gpu.js";
 import { CHANNEL_PRIORITY, type ChannelContext, registerChannel } from "../index.js";
+import { cudaStagingContext } from "../cuda_staging/index.js";
+import { directOrStaging } from "../cuda_staging/fallback.js";
 import { createCudaIpcChannel } from "./channel.js";
 import type { CudaIpcDriver } from "./driver.js";
 import { nativeIpcDriver } from "./native_driver.js";
@@ -82,7 +84,14 @@ export function createCudaIpcContext(deps: CudaIpcDeps = nativeDeps()): ChannelC
       };
     },
     createChannel(b) {
-      if (why() === undefined && deps.ipc) return Promise.resolve(createCudaIpcChannel(b, deps.ipc));
+      const ipc = deps.ipc;
+      // NB: where the IPC setup fails on either side, both fall back to cuda_staging together
+      if (why() === undefined && ipc)
+        return directOrStaging(
+          b,
+          (l) => Promise.resolve(createCudaIpcChannel(l, ipc)),
+          (l) => cudaStagingContext.createChannel(l),
+        ).then((r) => r.channel);
       return Promise.reject(
         new ChannelNotViableError(`cuda_ipc to "${b.peerName}" cannot be set up: ${why() ?? NO_DATA_PATH}`),
       );

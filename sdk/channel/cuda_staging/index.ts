@@ -7,11 +7,20 @@
  *
  * The data path: ./schedule.ts plans 4 MiB chunks over two pinned slots,
  * ./staging.ts runs them (device -> pinned -> host lane -> pinned -> device,
- * copies overlapped), ./channel.ts joins that to a pipe (host bytes as chunk
- * messages over the bootstrap), ./native_driver.ts binds it to the addon.
- * Tested against stand-ins (test/channel/cuda_staging.test.ts,
- * test/native/cuda_staging_native.test.ts); no GPU run has checked it, so by
- * default (dataPath false) the context stays not viable.
+ * copies overlapped), ./channel.ts joins that to a pipe (the chunks cross
+ * on an inner tcp channel's lane sockets, pinned slot to pinned slot),
+ * ./fallback.ts lets cuda_ipc and nccl fall back to it at setup, and
+ * ./native_driver.ts binds it to a CUDA memory API (the addon's driver calls,
+ * or the emulated device's).
+ *
+ * Viability: the host side needs nothing, so the context is always viable
+ * and a worker without GPUs serves "cpu-cuda" (host bytes to and from a GPU
+ * peer). The device side needs a StagingDriver: sdk/index.ts provides one
+ * (provideCudaStagingDriver) over the CUDA device backend's memory calls, and
+ * only with one does a worker advertise the pairs with its GPUs.
+ * Tested on the emulated device between processes (test/e2e/cuda_rpc.test.ts)
+ * and against stand-ins (test/channel/cuda_staging.test.ts,
+ * test/native/cuda_staging_native.test.ts). NB: no GPU run has checked it.
  */
 import { ChannelNotViableError } from "../../errors/index.js";
 import { CHANNEL_PRIORITY, type ChannelContext, registerChannel } from "../index.js";
@@ -22,26 +31,31 @@ import type { StagingDriver } from "./staging.js";
 export const CUDA_STAGING_PRIORITY = CHANNEL_PRIORITY.tcp / 2;
 
 export interface CudaStagingDeps {
-  /** Whether this build has the staging data path. */
+  /** Whether this build has the staging data path (false: never viable; tests). */
   dataPath: boolean;
-  /** The driver calls (./staging.ts); with dataPath, channels are built on them. */
-  calls?: StagingDriver;
+  /** The device side's driver calls, or a source asked once per pipe (a string: why there are none). */
+  calls?: StagingDriver | (() => StagingDriver | string);
 }
 
-const NO_DATA_PATH = "this tprpc build has no cuda_staging data path yet (device-host copies through pinned memory)";
+const NO_DATA_PATH = "this tprpc build has no cuda_staging data path (device-host copies through pinned memory)";
+
+/** The driver `deps` give, or why none. */
+function driverOf(deps: CudaStagingDeps): StagingDriver | string {
+  const c = deps.calls;
+  if (c === undefined) return "no CUDA memory calls were provided for staging";
+  return typeof c === "function" ? c() : c;
+}
 
 /** The cuda_staging context; `deps` are injectable for tests. */
 export function createCudaStagingContext(deps: CudaStagingDeps = { dataPath: false }): ChannelContext {
-  // NB: no CUDA check: a worker without GPUs takes part too (it only sends and receives host
-  // bytes); the GPU side's pairs come from its device count in advertise().
   const why = (): string | undefined => (deps.dataPath ? undefined : NO_DATA_PATH);
   return {
     name: "cuda_staging",
     isViable: () => why() === undefined,
     whyNotViable: why,
     advertise(_host, devices) {
-      // A worker without GPUs offers only cpu-cuda (host bytes to and from a GPU peer).
-      const gpu = (devices.cuda ?? 0) > 0;
+      // NB: GPU pairs only where this process can copy its device memory; else only cpu-cuda
+      const gpu = (devices.cuda ?? 0) > 0 && typeof driverOf(deps) !== "string";
       return {
         name: "cuda_staging",
         priorities: gpu
@@ -51,13 +65,39 @@ export function createCudaStagingContext(deps: CudaStagingDeps = { dataPath: fal
       };
     },
     createChannel(b) {
-      if (why() === undefined && deps.calls) return Promise.resolve(createCudaStagingChannel(b, deps.calls));
-      return Promise.reject(
-        new ChannelNotViableError(`cuda_staging to "${b.peerName}" cannot be set up: ${why() ?? NO_DATA_PATH}`),
-      );
+      const w = why();
+      if (w !== undefined)
+        return Promise.reject(new ChannelNotViableError(`cuda_staging to "${b.peerName}" cannot be set up: ${w}`));
+      const d = driverOf(deps);
+      return createCudaStagingChannel(b, d);
     },
   };
 }
 
-export const cudaStagingContext: ChannelContext = createCudaStagingContext();
+let provided: (() => StagingDriver | string) | null = null;
+let resolved: StagingDriver | string | null = null;
+
+/**
+ * Gives the registered context its device side: `source` is asked once, on the first pipe with a
+ * GPU pair, and returns the driver or why there is none (sdk/index.ts passes the CUDA device
+ * backend's memory calls). Without it, this process stages host bytes only.
+ */
+export function provideCudaStagingDriver(source: () => StagingDriver | string): void {
+  provided = source;
+  resolved = null;
+}
+
+export const cudaStagingContext: ChannelContext = createCudaStagingContext({
+  dataPath: true,
+  calls: () => {
+    if (resolved === null) {
+      try {
+        resolved = provided ? provided() : "no CUDA device backend provided staging calls";
+      } catch (e) {
+        resolved = `finding the staging calls failed: ${(e as Error).message}`;
+      }
+    }
+    return resolved;
+  },
+});
 registerChannel(cudaStagingContext);

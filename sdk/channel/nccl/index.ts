@@ -25,6 +25,8 @@
 import { ChannelNotViableError } from "../../errors/index.js";
 import { type CudaDeviceInfo, type GpuLibrary, cudaDevices, gpuLibrary, nativeGpu } from "../../native/gpu.js";
 import { CHANNEL_PRIORITY, type ChannelContext, registerChannel } from "../index.js";
+import { cudaStagingContext } from "../cuda_staging/index.js";
+import { directOrStaging } from "../cuda_staging/fallback.js";
 import { setupNcclChannel } from "./bootstrap.js";
 import type { NcclDriver } from "./driver.js";
 import { nativeNcclDriver } from "./native_driver.js";
@@ -78,7 +80,14 @@ export function createNcclContext(deps: NcclDeps = nativeDeps()): ChannelContext
       return { name: "nccl", priorities: { "cuda-cuda": CHANNEL_PRIORITY.nccl }, domain: `nccl-${v}` };
     },
     createChannel(b) {
-      if (why() === undefined && deps.calls) return setupNcclChannel(b, deps.calls, 0);
+      const calls = deps.calls;
+      // NB: where the communicator cannot be built on either side, both fall back to cuda_staging together
+      if (why() === undefined && calls)
+        return directOrStaging(
+          b,
+          (l) => setupNcclChannel(l, calls, 0),
+          (l) => cudaStagingContext.createChannel(l),
+        ).then((r) => r.channel);
       return Promise.reject(
         new ChannelNotViableError(`nccl to "${b.peerName}" cannot be set up: ${why() ?? NO_DATA_PATH}`),
       );
