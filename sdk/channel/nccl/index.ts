@@ -10,7 +10,7 @@
  * The setup and transfers are told in ./bootstrap.ts (rank 0 = acceptor makes
  * the ncclUniqueId and sends it over the pipe's control connection; both ranks
  * ncclCommInitRank(2); both results are exchanged so a failure on either rank
- * makes both fall back to cuda_staging, ncclOrStaging), over the driver
+ * makes both fall back to cuda_staging), over the driver
  * interface of ./driver.ts, tested against a stand-in (test/channel/nccl.test.ts).
  *
  * NB: NCCL needs one GPU per rank. The machines lent to this project have one
@@ -18,9 +18,9 @@
  * default the calls are the addon's (./native_driver.ts): the context is viable
  * where the CUDA driver and libnccl.so.2 load and a device is seen; elsewhere
  * whyNotViable() names the first missing piece. On one GPU shared by two
- * processes ncclCommInitRank fails on both ranks with NcclError
- * (ncclOrStaging in ./bootstrap.ts is how a pipe falls back to cuda_staging;
- * no pipe calls it yet).
+ * processes ncclCommInitRank fails on both ranks with NcclError, and
+ * createChannel falls back to cuda_staging on both sides together
+ * (../cuda_staging/fallback.ts).
  */
 import { ChannelNotViableError } from "../../errors/index.js";
 import { type CudaDeviceInfo, type GpuLibrary, cudaDevices, gpuLibrary, nativeGpu } from "../../native/gpu.js";
