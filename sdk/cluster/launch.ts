@@ -22,7 +22,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import os from "node:os";
 import { generateSecret } from "../transport/auth.js";
-import { withRpcNodeFlags, workerScript } from "../rpc/launcher.js";
+import { withKernelThreads, withRpcNodeFlags, workerScript } from "../rpc/launcher.js";
 import { type LaunchPlan, childEnv, globalRank } from "./launch_plan.js";
 
 // NB: the launcher's pipe on stdin ends when the launcher dies; unref() keeps the watch from holding the child
@@ -95,7 +95,7 @@ export function runLaunch(plan: LaunchPlan, hooks: LaunchHooks = {}): Promise<nu
 
   const start = (i: number) => {
     const rank = globalRank(plan, i);
-    const env = { ...process.env, ...childEnv(plan, i, secret, restarts) };
+    const env = withKernelThreads({ ...process.env, ...childEnv(plan, i, secret, restarts) }, plan.nprocPerNode);
     let file: string;
     let args: string[];
     if (plan.command === null) {

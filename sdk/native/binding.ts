@@ -309,6 +309,18 @@ function load(): NativeBinding {
 }
 
 /**
+ * TPRPC_NUM_THREADS (a whole number 1–64) sizes the kernels' thread pool (BLAS included) at load;
+ * unset, the pool has min(8, cores) threads. Workers that tprpc starts get it set (rpc/launcher.ts).
+ */
+function applyThreadsEnv(binding: NativeBinding): void {
+  const v = process.env.TPRPC_NUM_THREADS;
+  if (v === undefined || v === "") return;
+  const n = Number(v);
+  if (Number.isInteger(n) && n >= 1 && n <= 64) binding.setNumThreads(n);
+  else process.stderr.write(`tprpc: warning: TPRPC_NUM_THREADS=${v} is not a whole number 1-64; ignored\n`);
+}
+
+/**
  * The addon, loaded once; null when `TPRPC_NATIVE=0` or when it cannot be loaded
  * (then one warning is printed and `nativeLoadError()` says why).
  */
@@ -320,6 +332,7 @@ export function loadNative(): NativeBinding | null {
   }
   try {
     cached = load();
+    applyThreadsEnv(cached);
   } catch (e) {
     loadError = (e instanceof Error ? e.message : String(e)).trim();
     cached = null;

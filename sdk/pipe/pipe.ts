@@ -37,6 +37,7 @@
 import { ChannelNotViableError, ProtocolError, WorkerUnavailableError } from "../errors/index.js";
 import { debug } from "../util/index.js";
 import { getChannel } from "../channel/index.js";
+import { ensureHeapHeadroom } from "../channel/heap_headroom.js";
 import { loadNative } from "../native/binding.js";
 import {
   type Capabilities,
@@ -175,6 +176,7 @@ export class Pipe {
   ) {
     this.ready = new Promise((res, rej) => ((this.readyRes = res), (this.readyRej = rej)));
     this.ready.catch(() => undefined);
+    ensureHeapHeadroom(); // NB: a plain `node` master's heap is too small for received tensors (../channel/heap_headroom.ts)
     this.openTimer = setTimeout(
       () =>
         this.close(

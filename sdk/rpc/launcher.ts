@@ -23,6 +23,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
+import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { ValueError } from "../errors/index.js";
@@ -70,6 +71,20 @@ export const RPC_NODE_FLAGS: readonly string[] = ["--initial-old-space-size=256"
 export function withRpcNodeFlags(args: readonly string[], env: NodeJS.ProcessEnv = process.env): string[] {
   const given = [...args, ...(env.NODE_OPTIONS ?? "").split(/\s+/)].map((a) => a.split("=")[0]!.replace(/_/g, "-"));
   return [...RPC_NODE_FLAGS.filter((f) => !given.includes(f.split("=")[0]!)), ...args];
+}
+
+/**
+ * The kernel threads (TPRPC_NUM_THREADS) for each of `localProcesses` processes that tprpc starts
+ * on this host, as torchrun's OMP_NUM_THREADS=1: max(1, floor(cores / localProcesses)), so that a
+ * master and its local workers together run about one compute thread per core instead of
+ * min(8, cores) each. Returns `env` with it set, unless TPRPC_NUM_THREADS is set there already
+ * (the user's choice wins).
+ */
+export function withKernelThreads(env: NodeJS.ProcessEnv, localProcesses: number): NodeJS.ProcessEnv {
+  if (env.TPRPC_NUM_THREADS !== undefined && env.TPRPC_NUM_THREADS !== "") return env;
+  const cores = os.availableParallelism?.() ?? os.cpus().length;
+  const n = Math.max(1, Math.floor(cores / Math.max(1, localProcesses)));
+  return { ...env, TPRPC_NUM_THREADS: String(n) };
 }
 
 /** How a worker process ended. */
@@ -318,7 +333,8 @@ export async function startLocalWorkers(opts: LocalWorkersOptions): Promise<Loca
   const initMethod = opts.initMethod ?? `tcp://127.0.0.1:${await freePort()}`;
   const secret = opts.secret || process.env.TPRPC_SECRET || generateSecret();
   const worldSize = names.length + 1;
-  const env: NodeJS.ProcessEnv = { ...process.env, ...opts.env, TPRPC_SECRET: secret };
+  // NB: the master computes too, so it counts as one of the local processes
+  const env = withKernelThreads({ ...process.env, ...opts.env, TPRPC_SECRET: secret }, names.length + 1);
   const workers = names.map((n, i) => startWorker(n, i + 1, worldSize, initMethod, opts, env));
 
   let closing: Promise<void> | null = null;

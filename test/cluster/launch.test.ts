@@ -21,7 +21,8 @@ const USAGE_START = "usage: tprpc launch [--nnodes N]";
 
 const baseEnv: NodeJS.ProcessEnv = { ...process.env };
 for (const k of Object.keys(baseEnv))
-  if (/^(SLURM_|RANK$|WORLD_SIZE$|LOCAL_RANK$|MASTER_|TPRPC_SECRET$|TPRPC_WORKER_NAME$)/.test(k)) delete baseEnv[k];
+  if (/^(SLURM_|RANK$|WORLD_SIZE$|LOCAL_RANK$|MASTER_|TPRPC_SECRET$|TPRPC_WORKER_NAME$|TPRPC_NUM_THREADS$)/.test(k))
+    delete baseEnv[k];
 
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
@@ -141,6 +142,22 @@ describe("tprpc launch: the children's variables", () => {
       restart: "0",
       args: ["--lr", "0.1"],
     });
+  });
+
+  it("gives each child max(1, floor(cores / nproc-per-node)) kernel threads unless TPRPC_NUM_THREADS is set", () => {
+    const body = `fs.writeFileSync(path.join(OUT, "env." + process.env.RANK), JSON.stringify({ t: process.env.TPRPC_NUM_THREADS }));`;
+    const cores = os.availableParallelism();
+    for (const [nproc, given, want] of [
+      [2, undefined, String(Math.max(1, Math.floor(cores / 2)))],
+      [3, undefined, String(Math.max(1, Math.floor(cores / 3)))],
+      [2, "5", "5"],
+    ] as const) {
+      const { file, out } = script(body);
+      const env = given === undefined ? {} : { TPRPC_NUM_THREADS: given };
+      const r = launchSync(["--nproc-per-node", String(nproc), "--master-port", "1234", file], env);
+      expect(r.code, r.err).toBe(0);
+      expect(Object.values(envs(out)).map((e) => e.t)).toEqual(Array.from({ length: nproc }, () => want));
+    }
   });
 
   it("reads Slurm's variables: one launcher per task, the master is the first host of the node list", () => {

@@ -21,6 +21,7 @@ import { FrameDecoder, Op, encodeFrame, intField } from "../../sdk/rpc/rendezvou
 import type { TransportConnection } from "../../sdk/transport/interface.js";
 import { MessageType, decodeControl, decodeMessage, encodeMessage } from "../../sdk/wire/index.js";
 import { below, prng, report, size } from "./common.js";
+import { ensureHeapHeadroom } from "../../sdk/channel/heap_headroom.js";
 
 const FRAMES = size(100_000, 1_000_000);
 const SEED = 0xf0221;
@@ -391,6 +392,7 @@ describe(`decoder fuzzing: ${FRAMES.toLocaleString("en")} mutated frames`, () =>
       const perSecond: Record<string, number> = {};
       let peakRss = 0;
       const sample = () => (peakRss = Math.max(peakRss, process.memoryUsage().rss));
+      ensureHeapHeadroom(); // NB: the pipes below would keep it (64 MiB, once per process): count it in before
       const before = memory();
       const tAll = performance.now();
 

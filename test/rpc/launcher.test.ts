@@ -7,6 +7,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
+import os from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { rpc } from "../../sdk/index.js";
@@ -15,12 +16,15 @@ import {
   type LocalCluster,
   RPC_NODE_FLAGS,
   startLocalWorkers,
+  withKernelThreads,
   withRpcNodeFlags,
   workerScript,
 } from "../../sdk/rpc/launcher.js";
 
 const root = path.resolve(import.meta.dirname, "../..");
 const NO_NATIVE = { TPRPC_NATIVE: "0" };
+
+declare const tprpc: typeof import("../../sdk/index.js");
 
 function alive(pid: number): boolean {
   try {
@@ -86,6 +90,36 @@ describe("startLocalWorkers", () => {
     expect(withRpcNodeFlags(["--initial_old_space_size=64"], {})).toEqual(["--initial_old_space_size=64"]);
     expect(withRpcNodeFlags([], { NODE_OPTIONS: "--initial-old-space-size=32 --trace-gc" })).toEqual([]);
   });
+
+  it("gives spawned workers max(1, floor(cores / local processes)) kernel threads unless the env sets them", () => {
+    const cores = os.availableParallelism();
+    expect(withKernelThreads({ A: "1" }, 3)).toEqual({
+      A: "1",
+      TPRPC_NUM_THREADS: String(Math.max(1, Math.floor(cores / 3))),
+    });
+    expect(withKernelThreads({}, cores * 4).TPRPC_NUM_THREADS).toBe("1");
+    expect(withKernelThreads({}, 1).TPRPC_NUM_THREADS).toBe(String(cores));
+    expect(withKernelThreads({ TPRPC_NUM_THREADS: "6" }, 3).TPRPC_NUM_THREADS).toBe("6");
+  });
+
+  it("sizes a spawned worker's kernel pool from the default, and from the user's TPRPC_NUM_THREADS", async () => {
+    // NB: native workers: the addon reads TPRPC_NUM_THREADS when it loads
+    const cluster = await startLocalWorkers({ workers: ["dflt"], env: { TPRPC_NUM_THREADS: undefined } });
+    clusters.push(cluster);
+    await rpc.initRpc("master", { ...cluster.initOptions, initTimeoutMs: 20_000 });
+    const threads = () => [process.env.TPRPC_NUM_THREADS, tprpc.getNumThreads()];
+    const [env, n] = (await rpc.rpcSync("dflt", threads, [])) as [string, number];
+    const want = Math.max(1, Math.floor(os.availableParallelism() / 2));
+    expect(env).toBe(String(want));
+    expect(n).toBe(want);
+    await rpc.shutdown();
+    await within(Promise.all(cluster.workers.map((w) => w.exited)), 10_000, "the workers' exit");
+
+    const mine = await startLocalWorkers({ workers: ["mine"], env: { TPRPC_NUM_THREADS: "3" } });
+    clusters.push(mine);
+    await rpc.initRpc("master", { ...mine.initOptions, initTimeoutMs: 20_000 });
+    expect(await rpc.rpcSync("mine", threads, [])).toEqual(["3", 3]);
+  }, 60_000);
 
   it("finds bin/tprpc.mjs from the sources", () => {
     expect(workerScript()).toBe(path.join(root, "bin", "tprpc.mjs"));
