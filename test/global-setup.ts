@@ -29,8 +29,11 @@ export default function setup(): void {
     files: ["tsconfig.json", "kernel-ext/tsconfig.json", "package-lock.json", "node_modules/.package-lock.json"],
     extra: projects.map((p) => p.config),
   });
-  const built = projects.every((p) => fs.existsSync(path.join(root, p.entry)));
-  if (built && passedWith(root, "build", stamp)) return;
+  // NB: with the entries' modification times, so that a build by other means since (`npm run build`,
+  // which rewrites every output, from sources edited and then restored) is not taken for this one
+  const outputs = () =>
+    projects.map((p) => fs.statSync(path.join(root, p.entry), { throwIfNoEntry: false })?.mtimeMs ?? "none").join();
+  if (passedWith(root, "build", `${stamp} ${outputs()}`)) return;
   for (const p of projects) {
     const info = `${p.out}/.cache/build.tsbuildinfo`;
     // NB: the build info does not notice outputs removed behind its back: with the entry gone, start cold
@@ -38,5 +41,5 @@ export default function setup(): void {
     const incremental = ["--incremental", "--tsBuildInfoFile", info];
     execFileSync(process.execPath, [tsc, "-p", p.config, ...incremental], { cwd: root, stdio: "inherit" });
   }
-  recordPass(root, "build", stamp);
+  recordPass(root, "build", `${stamp} ${outputs()}`);
 }
