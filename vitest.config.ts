@@ -9,8 +9,9 @@ import { defineConfig } from "vitest/config";
  * file (a fresh worker and SDK cost about half a second of CPU per file on this 2-core machine; measured
  * on the first 37 of these files: 28.7 s of CPU isolated, 14.8 s shared). Checked: the project passes with
  * its files shuffled, four workers and one. A suite that reads the environment at import
- * (test/rpc/rref_pressure.test.ts) or needs a process of its own stays in "isolated", a fresh process per
- * file, as does every suite not listed here.
+ * (test/rpc/rref_pressure.test.ts), asserts the state of a fresh process (test/tensor/device.test.ts: CUDA's
+ * reason for being unavailable, which a device double's removal elsewhere changes) or needs a process of
+ * its own stays in "isolated", a fresh process per file, as does every suite not listed here.
  */
 const SHARED = [
   "test/autograd/**/*.test.ts",
@@ -26,7 +27,6 @@ const SHARED = [
   "test/display/**/*.test.ts",
   "test/docs/**/*.test.ts",
   "test/tensor/tensor.test.ts",
-  "test/tensor/device.test.ts",
   "test/pipe/**/*.test.ts",
   "test/transport/**/*.test.ts",
   "test/rpc/rendezvous_store.test.ts",
