@@ -1,10 +1,10 @@
 import { defineConfig } from "vitest/config";
 
 /**
- * Suites that keep to this process and leave nothing behind: no worker or child process of their own
- * beyond a group's, no environment variable, signal handler or device double left set, the backend switched
- * back, every RPC group shut down by the end of the file (the conformance and distributed autograd suites:
- * agents in this process, `test/conformance/group.ts`). They run in project "shared", without isolation:
+ * Suites that leave nothing behind in this process: no environment variable, signal handler or device
+ * double left set, the backend switched back, every RPC group shut down and every process they start (the
+ * CLI, launcher and kernelspec suites) ended by the end of the file, and no count of this process's file
+ * descriptors or memory asserted (the channel and reliability suites do, so they stay isolated). They run in project "shared", without isolation:
  * one worker process takes file after file and the SDK's modules are loaded once per worker, not once per
  * file (a fresh worker and SDK cost about half a second of CPU per file on this 2-core machine; measured
  * on the first 37 of these files: 28.7 s of CPU isolated, 14.8 s shared). Checked: the project passes with
@@ -43,6 +43,13 @@ const SHARED = [
   "test/kernel-ext/outputs.test.ts",
   "test/kernel-ext/partial_cell.test.ts",
   "test/kernel-ext/shorthand.test.ts",
+  "test/kernel-ext/kernelspec.test.ts",
+  "test/kernel-ext/png.test.ts",
+  "test/rpc/launcher.test.ts",
+  "test/rpc/rendezvous.test.ts",
+  "test/cli/**/*.test.ts",
+  "test/cluster/**/*.test.ts",
+  "test/layers.test.ts",
 ];
 
 const common = {
