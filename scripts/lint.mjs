@@ -8,10 +8,13 @@
 // clean clone has none): prettier's --cache keys on each file's content and prettier's options, and
 // tsc's incremental build info records every input file's hash and the compiler options, so a warm
 // run re-checks exactly what changed. ESLint's own cache is not used: its promise rules read types
-// from other files, which its per-file cache would not notice.
+// from other files, which its per-file cache would not notice. Instead, every step is skipped when
+// the whole tree it could read (the linted folders, docs/, the root's configs and lock files) is byte
+// for byte what it was at that step's last pass (scripts/input_stamp.mjs); any change reruns it whole.
 import { spawn } from "node:child_process";
 import os from "node:os";
 import path from "node:path";
+import { forget, inputStamp, passedWith, recordPass } from "./input_stamp.mjs";
 
 const root = path.resolve(import.meta.dirname, "..");
 const node = process.execPath;
@@ -40,7 +43,34 @@ const STEPS = [
   ["layers", [node, path.join(root, "scripts/check-layers.mjs")]],
 ];
 
-function run([name, [cmd, ...args]]) {
+/** What any step reads: the folders it lints or checks, and every configuration that could change a verdict. */
+const treeStamp = () =>
+  inputStamp(root, {
+    dirs: ["sdk", "kernel-ext", "scripts", "test", "bench", "docs"],
+    files: [
+      ...["package.json", "package-lock.json", "node_modules/.package-lock.json"],
+      ...["tsconfig.json", "tsconfig.check.json", "kernel-ext/tsconfig.json", "vitest.config.ts"],
+      ...["eslint.config.js", ".prettierrc.json", ".prettierignore"],
+    ],
+    extra: [process.version],
+  });
+const before = treeStamp();
+
+async function run(step) {
+  const [name, argv] = step;
+  const stamp = `${before} ${JSON.stringify(argv.slice(1))}`;
+  if (passedWith(root, `lint-${name}`, stamp)) {
+    process.stdout.write(`lint: ${name} passed (nothing changed since its last pass)\n`);
+    return true;
+  }
+  forget(root, `lint-${name}`);
+  const ok = await spawnStep(step);
+  // NB: recorded only when nothing changed while it ran, so the record names what was checked
+  if (ok && treeStamp() === before) recordPass(root, `lint-${name}`, stamp);
+  return ok;
+}
+
+function spawnStep([name, [cmd, ...args]]) {
   return new Promise((resolve) => {
     const t0 = Date.now();
     const child = spawn(cmd, args, { cwd: root, stdio: ["ignore", "pipe", "pipe"] });

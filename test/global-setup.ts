@@ -8,6 +8,7 @@
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
+import { inputStamp, passedWith, recordPass } from "../scripts/input_stamp.mjs";
 
 export default function setup(): void {
   const root = path.resolve(import.meta.dirname, "..");
@@ -19,6 +20,20 @@ export default function setup(): void {
     { config: "tsconfig.json", out: "dist", entry: "dist/sdk/index.js" },
     { config: "kernel-ext/tsconfig.json", out: "kernel-ext/dist", entry: "kernel-ext/dist/kernel.js" },
   ];
+  // NB: even a build with nothing to emit costs tsc seconds (it reads and hashes every input and
+  // rebuilds its program), before any suite can start: skipped when the inputs of both projects are
+  // those of the last successful build (scripts/input_stamp.mjs) and its outputs are still there
+  const stamp = inputStamp(root, {
+    dirs: ["sdk", "scripts", "bench", "kernel-ext"],
+    keep: (f) => /\.[cm]?ts$/.test(f),
+    files: ["tsconfig.json", "kernel-ext/tsconfig.json", "package-lock.json", "node_modules/.package-lock.json"],
+    extra: projects.map((p) => p.config),
+  });
+  // NB: with the entries' modification times, so that a build by other means since (`npm run build`,
+  // which rewrites every output, from sources edited and then restored) is not taken for this one
+  const outputs = () =>
+    projects.map((p) => fs.statSync(path.join(root, p.entry), { throwIfNoEntry: false })?.mtimeMs ?? "none").join();
+  if (passedWith(root, "build", `${stamp} ${outputs()}`)) return;
   for (const p of projects) {
     const info = `${p.out}/.cache/build.tsbuildinfo`;
     // NB: the build info does not notice outputs removed behind its back: with the entry gone, start cold
@@ -26,4 +41,5 @@ export default function setup(): void {
     const incremental = ["--incremental", "--tsBuildInfoFile", info];
     execFileSync(process.execPath, [tsc, "-p", p.config, ...incremental], { cwd: root, stdio: "inherit" });
   }
+  recordPass(root, "build", `${stamp} ${outputs()}`);
 }
