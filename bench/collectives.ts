@@ -7,10 +7,10 @@
  * 2. tprpc, point-to-point, per cpu channel (shm, cma, tcp; each pinned with TPRPC_CHANNELS / options.channels,
  *    skipped where not viable): this process (rank 0) and one worker; rank 0 sends a float32 tensor and
  *    receives it back (the worker runs a shipped recv-then-send loop). Beside it, rpcSync identity round
- *    trips of a tensor of the same size on the same pipe, their batches interleaved with the p2p ones: the
- *    acceptance is p2p no slower than rpcSync at 4 MB. A third kind of batch, interleaved too: p2p receiving
- *    into a view of part of a storage (copied into; a receive into a whole storage adopts the received
- *    buffer). Beside each, the GC time rank 0 spent inside the timed batches of each kind
+ *    trips of a tensor of the same size on the same pipe, and p2p round trips receiving into a view of part
+ *    of a storage (copied into; a receive into a whole storage adopts the received buffer). The three kinds
+ *    alternate call by call; each figure is the median of single calls: the acceptance is p2p no slower
+ *    than rpcSync at 4 MB. Beside it, the GC time rank 0 spent inside the calls of each kind
  *    (PerformanceObserver "gc"), per round trip: on a loaded machine it is the term that moves most.
  * 3. tprpc, allReduce (SUM, in place) in 3 and 4 processes, every rank running the same shipped loop; rank
  *    0's median per call, for two algorithms with their trials interleaved: the default (shared memory
@@ -173,21 +173,22 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, P2P
         await rpc.rpcSync("worker1", identity, [x]);
         await roundTrip(c);
       }
-      // NB: p2p and rpcSync batches interleave (the worker serves the rpcSync calls while its echo loop
-      // waits), so a load that changes during the run moves every kind alike
+      // NB: the worker serves the rpcSync calls while its echo loop waits
       const kinds: (() => Promise<unknown>)[] = [
         () => roundTrip(t),
         () => rpc.rpcSync("worker1", identity, [x]),
         () => roundTrip(c),
       ];
+      // NB: the kinds alternate call by call (A, B, C, A, ...), and each figure is the median of single
+      // calls: batches of one kind after another let a load that changes between them move one kind only
       const per: number[][] = kinds.map(() => []);
       const windows: [number, number][][] = kinds.map(() => []);
-      for (let k = 0; k < trials; k++)
+      for (let k = 0; k < trials * batch; k++)
         for (const [j, call] of kinds.entries()) {
           const t0 = now();
           const w0 = performance.now();
-          for (let i = 0; i < batch; i++) await call();
-          per[j]!.push((now() - t0) / batch);
+          await call();
+          per[j]!.push(now() - t0);
           windows[j]!.push([w0, performance.now()]);
         }
       await echo;
@@ -318,7 +319,7 @@ export async function collectivesBench(quick: boolean): Promise<void> {
     console.log(
       `  send/recv 4 MB over ${c}: rpcSync / p2p round trip ${ratio(r / p)} (goal >= 1x) ${r / p >= 1 ? "MET" : "NOT MET"}` +
         ` (p2p receiving into a view, copied: ${ratio(r / copy)}; rank 0 GC per round trip in p2p / rpcSync / ` +
-        `p2p-copy batches ${gc.map((x) => x.toFixed(2)).join(" / ")} ms)`,
+        `p2p-copy calls ${gc.map((x) => x.toFixed(2)).join(" / ")} ms)`,
     );
   }
   console.log("");
