@@ -7,13 +7,18 @@
  * 2. tprpc, point-to-point, per cpu channel (shm, cma, tcp; each pinned with TPRPC_CHANNELS / options.channels,
  *    skipped where not viable): this process (rank 0) and one worker; rank 0 sends a float32 tensor and
  *    receives it back (the worker runs a shipped recv-then-send loop). Beside it, rpcSync identity round
- *    trips of a tensor of the same size on the same pipe, their batches interleaved with the p2p ones: the
- *    acceptance is p2p no slower than rpcSync at 4 MB.
+ *    trips of a tensor of the same size on the same pipe, and p2p round trips receiving into a view of part
+ *    of a storage (copied into; a receive into a whole storage adopts the received buffer). The three kinds
+ *    alternate call by call; each figure is the median of single calls: the acceptance is p2p no slower
+ *    than rpcSync at 4 MB. Beside it, the GC time rank 0 spent inside the calls of each kind
+ *    (PerformanceObserver "gc"), per round trip: on a loaded machine it is the term that moves most.
  * 3. tprpc, allReduce (SUM, in place) in 3 and 4 processes, every rank running the same shipped loop; rank
  *    0's median per call, for two algorithms with their trials interleaved: the default (shared memory
  *    between processes on one host, sdk/distributed/host_shm.ts) and TPRPC_ALLREDUCE_ALGO=pipes (the
  *    ring/direct algorithms over the channels, as between hosts). Bus bandwidth = bytes / t * 2 (n - 1) / n
  *    (nccl-tests' definition), beside gloo's. The last lines print the acceptance ratios of issue #18.
+ * `--no-torch`, `--no-p2p` and `--no-allreduce` skip a part (step 1, 2 or 3).
+ *
  * Timing as bench/reference/timing.py (after a JIT warm-up of both p2p and rpcSync per channel): warm-up,
  * then trials of a batch, the median per call; fewer repetitions with --quick (sizes up to 40 MB then). On a loaded machine the figures move a lot: compare
  * the ratios printed from this one run, never figures from different runs.
@@ -21,8 +26,9 @@
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
+import { PerformanceObserver } from "node:perf_hooks";
 import * as sdk from "../sdk/index.js";
-import { rpc } from "../sdk/index.js";
+import { type Tensor, rpc } from "../sdk/index.js";
 import { cmaChannelContext } from "../sdk/channel/cma/index.js";
 import { startLocalWorkers } from "../sdk/rpc/launcher.js";
 import { type Plan, fmtTime, identity, median, now, repoRoot, warmUp } from "./rpc_common.js";
@@ -109,10 +115,28 @@ function runTorch(quick: boolean): Torch | string {
   return out;
 }
 
-/** Point-to-point and rpcSync round trips over one channel: bytes -> [p2p s, rpcSync s]. */
-async function p2pOver(channel: string, quick: boolean): Promise<Map<number, [number, number]>> {
+/** Per kind of batch (p2p, rpcSync, p2p copying): median s per round trip, rank 0's GC ms per round trip. */
+interface P2PFigures {
+  p2p: number;
+  rpc: number;
+  copy: number;
+  gc: [p2p: number, rpc: number, copy: number];
+}
+
+/** Point-to-point and rpcSync round trips over one channel, by bytes. */
+async function p2pOver(channel: string, quick: boolean): Promise<Map<number, P2PFigures>> {
   const cluster = await startLocalWorkers({ workers: 1, env: { TPRPC_CHANNELS: channel } });
-  const out = new Map<number, [number, number]>();
+  const out = new Map<number, P2PFigures>();
+  const gcs: { start: number; ms: number }[] = [];
+  const obs = new PerformanceObserver((l) => {
+    for (const e of l.getEntries()) gcs.push({ start: e.startTime, ms: e.duration });
+  });
+  obs.observe({ entryTypes: ["gc"] });
+  // NB: windows are [from, to] in performance.now() ms; a GC counts for the batch it started in
+  const gcIn = (windows: [number, number][]) => {
+    for (const e of obs.takeRecords()) gcs.push({ start: e.startTime, ms: e.duration });
+    return gcs.filter((g) => windows.some(([a, b]) => g.start >= a && g.start < b)).reduce((s, g) => s + g.ms, 0);
+  };
   try {
     await rpc.initRpc("master", {
       ...cluster.initOptions,
@@ -134,35 +158,53 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, [nu
     await warmEcho;
     for (const n of P2P_SIZES) {
       const [warm, trials, batch] = plan(n, quick);
-      const echo = rpc.rpcAsync("worker1", echoLoop, [n, warm + trials * batch]);
+      // NB: two kinds of p2p batches, so the worker echoes twice as many
+      const echo = rpc.rpcAsync("worker1", echoLoop, [n, 2 * (warm + trials * batch)]);
       const t = sdk.ones([n / 4]);
       const x = sdk.ones([n / 4]);
-      const roundTrip = async () => {
-        await sdk.distributed.send(t, 1);
-        await sdk.distributed.recv(t, 1);
+      // a view of part of a storage: a receive into it copies (into t, a whole storage, it adopts)
+      const c = sdk.ones([n / 4 + 1]).narrow(0, 0, n / 4);
+      const roundTrip = async (y: Tensor) => {
+        await sdk.distributed.send(y, 1);
+        await sdk.distributed.recv(y, 1);
       };
       for (let i = 0; i < warm; i++) {
-        await roundTrip();
+        await roundTrip(t);
         await rpc.rpcSync("worker1", identity, [x]);
+        await roundTrip(c);
       }
-      // NB: p2p and rpcSync batches interleave (the worker serves the rpcSync calls while its echo loop
-      // waits), so a load that changes during the run moves both alike
-      const per: number[] = [];
-      const perRpc: number[] = [];
-      for (let k = 0; k < trials; k++) {
-        let t0 = now();
-        for (let i = 0; i < batch; i++) await roundTrip();
-        per.push((now() - t0) / batch);
-        t0 = now();
-        for (let i = 0; i < batch; i++) await rpc.rpcSync("worker1", identity, [x]);
-        perRpc.push((now() - t0) / batch);
-      }
+      // NB: the worker serves the rpcSync calls while its echo loop waits
+      const kinds: (() => Promise<unknown>)[] = [
+        () => roundTrip(t),
+        () => rpc.rpcSync("worker1", identity, [x]),
+        () => roundTrip(c),
+      ];
+      // NB: the kinds alternate call by call (A, B, C, A, ...), and each figure is the median of single
+      // calls: batches of one kind after another let a load that changes between them move one kind only
+      const per: number[][] = kinds.map(() => []);
+      const windows: [number, number][][] = kinds.map(() => []);
+      for (let k = 0; k < trials * batch; k++)
+        for (const [j, call] of kinds.entries()) {
+          const t0 = now();
+          const w0 = performance.now();
+          await call();
+          per[j]!.push(now() - t0);
+          windows[j]!.push([w0, performance.now()]);
+        }
       await echo;
-      if (t.min().item() !== 1 || t.max().item() !== 1) throw new Error(`p2p echo of ${n} B came back changed`);
-      out.set(n, [median(per), median(perRpc)]);
+      for (const y of [t, c])
+        if (y.min().item() !== 1 || y.max().item() !== 1) throw new Error(`p2p echo of ${n} B came back changed`);
+      const gc = windows.map((w) => gcIn(w) / (trials * batch));
+      out.set(n, {
+        p2p: median(per[0]!),
+        rpc: median(per[1]!),
+        copy: median(per[2]!),
+        gc: [gc[0]!, gc[1]!, gc[2]!],
+      });
     }
     await rpc.shutdown({ timeoutMs: 10_000 });
   } finally {
+    obs.disconnect();
     await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
     await cluster.close();
   }
@@ -201,11 +243,12 @@ export async function collectivesBench(quick: boolean): Promise<void> {
   const channels = process.argv.includes("--no-p2p")
     ? []
     : ["shm", "cma", "tcp"].filter((c) => c !== "cma" || !cmaChannelContext.whyNotViable());
-  const p2p = new Map<string, Map<number, [number, number]>>();
+  const p2p = new Map<string, Map<number, P2PFigures>>();
   for (const c of channels) p2p.set(c, await p2pOver(c, quick));
   const sizes = quick ? SIZES.filter((n) => n <= 40_000_000) : SIZES;
+  const worlds = process.argv.includes("--no-allreduce") ? [] : WORLDS;
   const ar = new Map<number, Map<number, number[]>>();
-  for (const w of WORLDS) ar.set(w, await allReduceIn(w, sizes, quick));
+  for (const w of worlds) ar.set(w, await allReduceIn(w, sizes, quick));
 
   console.log("");
   console.log("tprpc bench: tprpc.distributed beside torch.distributed (gloo), local processes, measured in this run");
@@ -220,7 +263,7 @@ export async function collectivesBench(quick: boolean): Promise<void> {
     console.log("-".repeat(head.length));
     for (const c of channels)
       for (const n of P2P_SIZES) {
-        const [p, r] = p2p.get(c)!.get(n)!;
+        const { p2p: p, rpc: r } = p2p.get(c)!.get(n)!;
         const g = t?.p2p.get(n);
         const cell = (s: number | undefined) =>
           s === undefined ? "-" : n >= 4_000_000 ? `${fmtTime(s)} (${gbs(2 * n, s)})` : fmtTime(s);
@@ -241,7 +284,7 @@ export async function collectivesBench(quick: boolean): Promise<void> {
       .join("");
   console.log(head2);
   console.log("-".repeat(head2.length));
-  for (const w of WORLDS)
+  for (const w of worlds)
     for (const n of sizes) {
       const [s, r] = ar.get(w)!.get(n)!;
       const g = t?.allReduce.get(`${w}/${n}`);
@@ -261,7 +304,7 @@ export async function collectivesBench(quick: boolean): Promise<void> {
   );
   console.log("");
   console.log("acceptance (issue #18):");
-  for (const w of WORLDS)
+  for (const w of worlds)
     for (const n of [40_000_000, 400_000_000].filter((x) => sizes.includes(x))) {
       const s = ar.get(w)!.get(n)![0];
       const g = t?.allReduce.get(`${w}/${n}`);
@@ -272,9 +315,11 @@ export async function collectivesBench(quick: boolean): Promise<void> {
       );
     }
   for (const c of channels) {
-    const [p, r] = p2p.get(c)!.get(4_000_000)!;
+    const { p2p: p, rpc: r, copy, gc } = p2p.get(c)!.get(4_000_000)!;
     console.log(
-      `  send/recv 4 MB over ${c}: rpcSync / p2p round trip ${ratio(r / p)} (goal >= 1x) ${r / p >= 1 ? "MET" : "NOT MET"}`,
+      `  send/recv 4 MB over ${c}: rpcSync / p2p round trip ${ratio(r / p)} (goal >= 1x) ${r / p >= 1 ? "MET" : "NOT MET"}` +
+        ` (p2p receiving into a view, copied: ${ratio(r / copy)}; rank 0 GC per round trip in p2p / rpcSync / ` +
+        `p2p-copy calls ${gc.map((x) => x.toFixed(2)).join(" / ")} ms)`,
     );
   }
   console.log("");
