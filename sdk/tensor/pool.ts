@@ -8,14 +8,19 @@
  * output of that byte size (Storage.allocUninit, via raw.output) takes it instead of a new one.
  *
  * Only buffers this module sized itself are kept (POOL_MIN_BYTES and up), by exact byte length,
- * last in first out (the warmest in cache), at most POOL_MAX_BYTES in all (setPoolLimit); the rest
- * are left to GC.
+ * last in first out (the warmest in cache), at most the limit (setPoolLimit) in all; the rest are
+ * left to GC.
+ *
+ * NB: off by default (limit 0) for now. With it on (POOL_MAX_BYTES), `npm run bench -- --e2e
+ * --quick`'s pipelined GPT (distributed autograd over two workers, the native backend) hung in 3
+ * of 8 runs and in none of 8 with it off; the cause is not found yet. Tests turn it on
+ * (test/autograd/grad_pool.test.ts).
  */
 /** Outputs this large and larger come from, and go back to, the pool (smaller ones are cheap to GC). */
 export const POOL_MIN_BYTES = 1 << 14;
-/** The most bytes the pool keeps by default. */
+/** The most bytes the pool was meant to keep by default (see the NB above: the default is 0 for now). */
 export const POOL_MAX_BYTES = 64 << 20;
-let limit = POOL_MAX_BYTES;
+let limit = 0;
 
 /** Sets the most bytes the pool keeps (0: recycle nothing); drops what is over it. Returns the previous limit. */
 export function setPoolLimit(bytes: number): number {

@@ -5,9 +5,9 @@
  * 16 kB+ activations whose backward has pass-through views (reshape, residual adds), a split, a
  * shared input, a hook and micro-batches accumulating into .grad, on every backend.
  */
-import { afterAll, expect, it } from "vitest";
+import { afterAll, beforeAll, expect, it } from "vitest";
 import { manualSeed, nn, rand, randn, type Tensor } from "../../sdk/index.js";
-import { clearPool, poolStats, setPoolLimit } from "../../sdk/tensor/pool.js";
+import { POOL_MAX_BYTES, clearPool, poolStats, setPoolLimit } from "../../sdk/tensor/pool.js";
 import { describeEachBackend } from "../helpers.js";
 
 /** Gradients of a few micro-batches through a residual MLP with views and a split. */
@@ -34,8 +34,13 @@ function run(): { grads: number[][]; hooked: number[]; xs: number[] } {
 }
 
 describeEachBackend("autograd: recycled gradient buffers", () => {
+  // NB: the pool is off by default (sdk/tensor/pool.ts); these tests turn it on and leave it as they found it
+  let initial = 0;
+  beforeAll(() => {
+    initial = setPoolLimit(POOL_MAX_BYTES);
+  });
   afterAll(() => {
-    setPoolLimit(64 << 20);
+    setPoolLimit(initial);
     clearPool();
   });
 
