@@ -97,9 +97,14 @@ describe("rpc.profiler and rpc.pipeInfo", () => {
     // spans to the two workers overlap in time
     expect(Math.max(w1[0]!.queuedAt, w2[0]!.queuedAt)).toBeLessThan(Math.min(w1[0]!.replyAt!, w2[0]!.replyAt!));
 
-    const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "tprpc-prof-")), "trace.json");
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tprpc-prof-"));
+    const file = path.join(dir, "trace.json");
     const text = rpc.profiler.dumpChromeTrace(file, "master");
-    expect(fs.readFileSync(file, "utf8")).toBe(text);
+    try {
+      expect(fs.readFileSync(file, "utf8")).toBe(text);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
     const trace = JSON.parse(text) as {
       traceEvents: {
         ph: string;
