@@ -1,5 +1,6 @@
-// JSON lines with byte arrays, for gpu:check's cuda_ipc peer (./ipc_peer.mjs, ./channels.mjs):
-// a Uint8Array travels as { $b: base64 }, anywhere in a value.
+// JSON lines with byte arrays, for gpu:check's cuda_ipc peer (./ipc_peer.mjs, ./channels.mjs) and for
+// the test fixtures that drive a channel from another process (test/native/fixtures/
+// channel-context-peer.mjs, gpu-channel-pair.mjs): a Uint8Array travels as { $b: base64 }, anywhere in a value.
 export const enc = (v) =>
   v instanceof Uint8Array
     ? { $b: Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString("base64") }
