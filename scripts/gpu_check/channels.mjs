@@ -18,7 +18,7 @@ import path from "node:path";
 import readline from "node:readline";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { isMissingKernel } from "./ops.mjs";
-import { dec, enc } from "./ipc_codec.mjs";
+import { dec, enc, lineBootstrap } from "./ipc_codec.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const MB = 1e6;
@@ -35,35 +35,17 @@ function startPeer(root) {
     stdio: ["pipe", "pipe", "inherit"],
   });
   const waiters = new Map();
-  let onBoot = null;
-  const boots = [];
   let failed = null;
   readline.createInterface({ input: child.stdout }).on("line", (text) => {
     const m = dec(JSON.parse(text));
-    if (m.t === "boot") return onBoot ? onBoot(m.m) : boots.push(m.m);
+    if (m.t === "boot") return deliver(m.m);
     if (m.t === "error") failed = new Error(`the cuda_ipc peer: ${m.message}`);
     const w = waiters.get(m.t)?.shift();
     if (w) w(m);
   });
   const send = (m) => child.stdin.write(JSON.stringify(enc(m)) + "\n");
   const reply = (t) => within(new Promise((r) => waiters.set(t, [...(waiters.get(t) ?? []), r])), 60_000, t);
-  const bootstrap = {
-    role: "connector",
-    peerName: "ipc-peer",
-    local: {},
-    remote: {},
-    remoteAdvert: { name: "cuda_ipc", priorities: {}, domain: "d" },
-    pairs: ["cuda-cuda"],
-    secret: "s",
-    host: "127.0.0.1",
-    timeoutMs: 30_000,
-    send: (m) => (send({ t: "boot", m }), Promise.resolve()),
-    onMessage(cb) {
-      onBoot = cb;
-      for (const m of boots.splice(0)) cb(m);
-    },
-    onClose() {},
-  };
+  const { bootstrap, deliver } = lineBootstrap("connector", "ipc-peer", send);
   return { child, send, reply, bootstrap, failed: () => failed };
 }
 

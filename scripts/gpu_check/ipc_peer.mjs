@@ -12,7 +12,7 @@
 import path from "node:path";
 import readline from "node:readline";
 import { pathToFileURL } from "node:url";
-import { dec, enc } from "./ipc_codec.mjs";
+import { dec, enc, lineBootstrap } from "./ipc_codec.mjs";
 
 const root = process.argv[2];
 const load = (p) => import(pathToFileURL(path.join(root, "dist/sdk", p)).href);
@@ -22,35 +22,18 @@ const { cudaIpcContext } = await load("channel/cuda_ipc/index.js");
 const gpu = nativeGpu();
 const out = (m) => process.stdout.write(JSON.stringify(enc(m)) + "\n");
 const buf = (ptr, n) => ({ kind: "cuda", deviceIndex: 0, memory: { handle: ptr }, offset: 0, byteLength: n });
-let onBoot = null;
-const boots = [];
 let blocks = [];
 let size = 0;
 
-const ch = cudaIpcContext.createChannel({
-  role: "acceptor",
-  peerName: "gpu-check",
-  local: {},
-  remote: {},
-  remoteAdvert: { name: "cuda_ipc", priorities: {}, domain: "d" },
-  pairs: ["cuda-cuda"],
-  secret: "s",
-  host: "127.0.0.1",
-  timeoutMs: 30_000,
-  send: (m) => (out({ t: "boot", m }), Promise.resolve()),
-  onMessage(cb) {
-    onBoot = cb;
-    for (const m of boots.splice(0)) cb(m);
-  },
-  onClose() {},
-});
+const { bootstrap, deliver } = lineBootstrap("acceptor", "gpu-check", out);
+const ch = cudaIpcContext.createChannel(bootstrap);
 
 const fail = (e) => out({ t: "error", message: String(e?.message ?? e) });
 ch.catch(() => undefined); // NB: reported by the first command that awaits it
 readline.createInterface({ input: process.stdin }).on("line", async (text) => {
   const m = dec(JSON.parse(text));
   try {
-    if (m.t === "boot") return onBoot ? onBoot(m.m) : boots.push(m.m);
+    if (m.t === "boot") return deliver(m.m);
     const channel = await ch;
     if (m.t === "alloc") {
       for (const b of blocks) gpu.cachingFree(0, b);
