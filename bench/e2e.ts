@@ -24,7 +24,8 @@
  *
  * Flags: --quick (4 timed steps instead of 20, 1 timed FedAvg round instead of 5), --steps N,
  * --rounds N, --pushes N (A3C pushes per actor: 200, 30 with --quick), --micro K, --threads T, --no-torch,
- * --load N (N busy processes beside both sides, bench/load.ts).
+ * --load N (N busy processes beside both sides, bench/load.ts), --gpt-only (only tprpc's pipelined GPT,
+ * one line: a quick loop for hunting hangs in it, as issue 23's).
  */
 import * as sdk from "../sdk/index.js";
 import {
@@ -297,6 +298,12 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   try {
     process.stderr.write("[bench --e2e] pipelined GPT: tprpc ...\n");
     ours = await tprpcPipeline(o);
+    if (argv.includes("--gpt-only")) {
+      process.stdout.write(
+        `pipelined GPT, tprpc: ${ours.ms.toFixed(1)} ms/step  ${fmtTok(ours.ms)}  (loss ${ours.loss.toFixed(4)})\n`,
+      );
+      return;
+    }
     process.stderr.write("[bench --e2e] pipelined GPT: unsplit ...\n");
     alone = unsplit(o);
     process.stderr.write("[bench --e2e] pipelined GPT: PyTorch RPC ...\n");
