@@ -31,12 +31,13 @@ import { hookIncoming, hookOutgoing } from "./hooks.js";
 import { type AgentPipeOptions, joinGroup } from "./join.js";
 import { PendingCalls } from "./pending_calls.js";
 import { agentStarted, agentStopped, registrations } from "./process.js";
-import { type CallKind, nowMs, profiler } from "./profiler.js";
+import { type CallKind, nowMs, profiler, targetName } from "./profiler.js";
 import { RRef, type RRefHost } from "./rref.js";
 import { RRefContext } from "./rref_context.js";
 import { RpcPipe, allocateOnDevice } from "./rpc_pipe.js";
 import { CallServer } from "./serving.js";
 import { ShutdownSync } from "./shutdown_sync.js";
+import { agentState } from "./state_dump.js";
 import {
   BuiltinIndex,
   Registry,
@@ -324,8 +325,9 @@ export class Agent implements RRefHost {
     const kind: CallKind =
       type === MessageType.REMOTE_CALL ? "remote" : type === MessageType.RREF_FETCH ? "fetch" : "call";
     // NB: an RRef proxy's call is recorded under its method's name, not the internal rrefMethodCall
-    const prof = profiler.begin(id, kind, target, to, target === rrefMethodCall ? String(args[1]) : undefined);
-    const done = this.calls.open(id, to, timeoutMs, prof);
+    const method = target === rrefMethodCall ? String(args[1]) : undefined;
+    const prof = profiler.begin(id, kind, target, to, method);
+    const done = this.calls.open(id, to, timeoutMs, prof, `${kind} ${targetName(target, method)}`);
     const payload = (rec: TargetRecord | null) => ({
       from: this.name,
       target: rec,
@@ -520,6 +522,11 @@ export class Agent implements RRefHost {
       }
       this.calls.settle(m.id, errorFromWire(rec, from));
     }
+  }
+
+  /** @internal what this agent waits for (./state_dump.ts: SIGUSR2 with TPRPC_DEBUG). */
+  debugState(): string[] {
+    return agentState(this.calls, this.server, this.rrefs, this.sendsWaiting, this.openPipes.values(), this.inbound);
   }
 
   /** Calls this worker waits on plus calls it serves. */

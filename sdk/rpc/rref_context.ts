@@ -273,6 +273,20 @@ export class RRefContext {
     if (e.forks.size === 0 && !e.provide) this.owned.delete(rrefId);
   }
 
+  /** Lines for ./state_dump.ts: owned values not made yet, forks not yet accepted, users not yet confirmed. */
+  debugState(): string[] {
+    const out = [`rrefs: ${this.owned.size} value(s) owned here, ${this.liveUsers.size} user RRef(s) made here`];
+    for (const [id, e] of this.owned)
+      if (!e.settled)
+        out.push(
+          `owned ${id}: ${e.provide ? "its REMOTE_CALL has not arrived" : "being made"}; forks ${[...e.forks].map(([f, h]) => `${f}@${h || "?"}`).join(", ")}`,
+        );
+    for (const fork of this.pendingChildren.keys()) out.push(`fork ${fork} sent, not yet accepted by its owner`);
+    for (const [fork, r] of this.pendingUsers)
+      out.push(`received ${fork} of ${r.rrefId}: waits for ${r.ownerName()} to confirm it`);
+    return out;
+  }
+
   /** Makes (or resolves) the RRef object for an incoming descriptor. */
   materialize(d: RRefWire): RRef<unknown> {
     const host = this.host();

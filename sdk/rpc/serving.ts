@@ -76,6 +76,11 @@ export class CallServer {
     return this.running.size + this.queue.size + this.waitingForRRefs;
   }
 
+  /** One line for ./state_dump.ts. */
+  debugState(): string {
+    return `serving: ${this.running.size} call(s) running, ${this.queue.size} queued, ${this.waitingForRRefs} waiting for their RRef arguments`;
+  }
+
   /** Serves one message that arrived on `from` (see the file's top). */
   serve(m: DecodedMessage, from: RpcPipe, waits: Promise<unknown>[] | null): void {
     const body = m.payload as RequestPayload;

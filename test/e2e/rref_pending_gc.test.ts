@@ -15,7 +15,6 @@
 import type { ChildProcess } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rpc } from "../../sdk/index.js";
-import type { RRef } from "../../sdk/index.js";
 import { freePort, startWorker } from "./workers.js";
 
 const SECRET = "rref-pending-gc-secret-0123456789";
@@ -49,7 +48,7 @@ describe("a call waiting for its RRef arguments' confirmation", () => {
     await rpc.rpcSync("worker1", busy, [0]);
     await rpc.rpcSync("worker2", collect, []);
     const h = rpc.remote<number>("worker1", (x: number) => x, [1]);
-    await rpc.rpcSync("worker2", (r: RRef<number>) => r.toHere(), [h]);
+    await rpc.rpcSync("worker2", (r: rpc.RRef<number>) => r.toHere(), [h]);
   }, 30_000);
 
   afterAll(async () => {
@@ -63,7 +62,7 @@ describe("a call waiting for its RRef arguments' confirmation", () => {
     const owner = rpc.rpcAsync("worker1", busy, [BUSY_MS]);
     // NB: worker1 is computing now: worker2's fork request waits in its socket until it is done
     await new Promise((r) => setTimeout(r, 100));
-    const call = rpc.rpcAsync("worker2", (r: RRef<number>) => r.toHere().then((v) => v + 1), [h], {
+    const call = rpc.rpcAsync("worker2", (r: rpc.RRef<number>) => r.toHere().then((v) => v + 1), [h], {
       timeoutMs: BUSY_MS + 8_000,
     });
     await new Promise((r) => setTimeout(r, 200));
@@ -78,7 +77,7 @@ describe("a call waiting for its RRef arguments' confirmation", () => {
     const owner = rpc.rpcAsync("worker1", busy, [BUSY_MS / 2]);
     await new Promise((r) => setTimeout(r, 100));
     const calls = [0, 1, 2, 3].map((i) =>
-      rpc.rpcAsync("worker2", (r: RRef<number>, k: number) => r.toHere().then((v) => v + k), [h, i], {
+      rpc.rpcAsync("worker2", (r: rpc.RRef<number>, k: number) => r.toHere().then((v) => v + k), [h, i], {
         timeoutMs: BUSY_MS + 8_000,
       }),
     );
