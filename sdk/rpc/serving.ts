@@ -66,19 +66,22 @@ export class CallServer {
   /** Calls being served (their replies not yet sent). */
   private readonly running = new Set<Promise<unknown>>();
   private readonly queue = new ServeQueue();
-  /** Calls waiting for their RRef arguments before they queue. */
-  private waitingForRRefs = 0;
+  /**
+   * Calls waiting for their RRef arguments before they queue, held here. NB: else only the promises
+   * they wait for would reach them (an unconfirmed RRef's own callbacks, see RRefContext.pendingUsers).
+   */
+  private readonly waitingForRRefs = new Set<() => void>();
 
   constructor(private readonly agent: Agent) {}
 
   /** How many calls are being served now (queued ones included). */
   get active(): number {
-    return this.running.size + this.queue.size + this.waitingForRRefs;
+    return this.running.size + this.queue.size + this.waitingForRRefs.size;
   }
 
   /** One line for ./state_dump.ts. */
   debugState(): string {
-    return `serving: ${this.running.size} call(s) running, ${this.queue.size} queued, ${this.waitingForRRefs} waiting for their RRef arguments`;
+    return `serving: ${this.running.size} call(s) running, ${this.queue.size} queued, ${this.waitingForRRefs.size} waiting for their RRef arguments`;
   }
 
   /** Serves one message that arrived on `from` (see the file's top). */
@@ -126,9 +129,9 @@ export class CallServer {
     else if (!waits) this.queue.push(start);
     else {
       // NB: queued once its RRef arguments settled, so that its target starts inside a turn too
-      this.waitingForRRefs++;
+      this.waitingForRRefs.add(start);
       void Promise.allSettled(waits).then(() => {
-        this.waitingForRRefs--;
+        this.waitingForRRefs.delete(start);
         this.queue.push(start);
       });
     }
