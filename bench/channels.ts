@@ -24,7 +24,8 @@
  *    columns. Every column also counts the master's mark-compacts (PerformanceObserver "gc") per size
  *    (unforced ones): what the flag changes is that count.
  * 5. --load N (issue 23, item 6): N busy processes (bench/load.ts: tprpc matmuls, one thread each)
- *    run beside every measurement, PyTorch RPC's and grpc-js's included; the references then get
+ *    run beside every measurement, PyTorch RPC's and grpc-js's included (the shm config is measured
+ *    once more before the load starts, for its loaded / quiet ratio); the references then get
  *    (N + 1) × their usual time bound, and one that still times out is killed with its whole
  *    process group (spawn_group.ts spawnInGroup).
  *
@@ -262,6 +263,13 @@ async function main(): Promise<void> {
   const plain = argv.includes("--plain") && !channelLevel && !emitJson;
   const loadN = argv.includes("--load") ? Number(argv[argv.indexOf("--load") + 1]) : 0;
   if (!Number.isInteger(loadN) || loadN < 0) throw new Error(`--load wants a count of processes, got ${loadN}`);
+  // NB: under --load, the shm config first once without the load: its quiet figure, measured in this run
+  const quiet = new Map<string, Figures | string>();
+  if (loadN > 0 && !channelLevel && !emitJson)
+    for (const cfg of configs.filter((c) => c.label === "shm")) {
+      process.stderr.write(`[bench:channels] ${cfg.label}, quiet (before the load starts) ...\n`);
+      quiet.set(cfg.label, await measureRpc(cfg, quick, nodeArgs, new Map()));
+    }
   const load = await startLoad(loadN);
   const results = new Map<string, Figures | string>();
   const majorGcs = new Map<string, Map<number, number>>();
@@ -376,6 +384,28 @@ async function main(): Promise<void> {
     }
     out.push(`- ${cfg.label}: ${parts.join(", ")}`);
   }
+  // Issue 23's acceptance lines, from the figures above
+  const acceptance: string[] = [];
+  for (const [label, q] of quiet) {
+    const f = figuresOf(label);
+    if (typeof q === "string" || !f) continue;
+    const parts = [4_000_000, 40_000_000].map((n) => {
+      const t = torchF?.sync.get(n);
+      const vsTorch = t ? `, ${(t / f.sync.get(n)!).toFixed(2)}x PyTorch RPC's under the same load` : "";
+      return `${fmtBytes(n)} ${(f.sync.get(n)! / q.sync.get(n)!).toFixed(2)}x its quiet figure${vsTorch}`;
+    });
+    acceptance.push(`- ${label} under --load ${loadN} (goal: <= 2x quiet, ahead of PyTorch RPC): ${parts.join("; ")}`);
+  }
+  for (const cfg of configs.filter((c) => c.label.endsWith("(plain master)") && !c.shared)) {
+    const f = figuresOf(cfg.label);
+    if (!f) continue;
+    const t = torchF?.sync.get(4_000_000);
+    const big = f.sync.get(400_000_000);
+    acceptance.push(
+      `- ${cfg.label} (goal: 4 MB ahead of PyTorch RPC, 400 MB <= 100 ms): 4 MB ${t ? (t / f.sync.get(4_000_000)!).toFixed(2) + "x PyTorch RPC's" : "-"}; 400 MB ${big === undefined ? "-" : (big * 1e3).toFixed(1) + " ms"}`,
+    );
+  }
+  if (acceptance.length) out.push("", "Acceptance (issue 23):", ...acceptance);
   process.stdout.write(out.join("\n") + "\n");
 }
 

@@ -16,13 +16,16 @@
  * 3. torch: bench/reference/torch_gpt_pipeline.py under /usr/bin/python3 (TPRPC_TORCH_PYTHON overrides),
  *    the same model, split, batch, micro-batches, optimizer and step count, run in a process group of
  *    its own and killed whole if it does not finish (spawn_group.ts spawnInGroup).
- * 4. Where a tprpc step's time goes, as rpc.profiler sees it from the master over one profiled step:
- *    per (worker, target), the calls, the callee's run time (compute there) and the rest of the round
- *    trips (queueing behind other calls, serialization, transfer).
+ * 4. Where a tprpc step's time goes, as rpc.profiler sees it on all three processes over one profiled
+ *    step: per (caller, callee, target), the calls, the callee's run time (compute there), the time
+ *    before each run (request transfer, queueing behind the callee's other calls) and after it (until
+ *    the reply was back: a reply held by its callee's next computation shows here), and how long the
+ *    two stages' forwards overlapped (rpc.profiler.overlapMs, as notebook 04 counts it).
  *
  * Flags: --quick (4 timed steps instead of 20, 1 timed FedAvg round instead of 5), --steps N,
  * --rounds N, --pushes N (A3C pushes per actor: 200, 30 with --quick), --micro K, --threads T, --no-torch,
- * --load N (N busy processes beside both sides, bench/load.ts).
+ * --load N (N busy processes beside both sides, bench/load.ts), --gpt-only (only tprpc's pipelined GPT,
+ * one line: a quick loop for hunting hangs in it, as issue 23's).
  */
 import * as sdk from "../sdk/index.js";
 import {
@@ -106,7 +109,72 @@ interface Opts {
 
 interface Breakdown {
   stepMs: number;
-  rows: { peer: string; target: string; calls: number; calleeMs: number; restMs: number }[];
+  /** How long stage 1's and stage 2's forwards computed at once in the profiled step (rpc.profiler.overlapMs). */
+  overlapMs: number;
+  rows: {
+    caller: string;
+    peer: string;
+    target: string;
+    calls: number;
+    /** The callee's runs of the target (awaits inside included). */
+    calleeMs: number;
+    /** Made → the callee started it: request serialization and transfer, queueing behind the callee's other calls. */
+    beforeMs: number;
+    /** The callee finished → the reply was here: reply serialization and transfer, the callee's thread busy elsewhere. */
+    afterMs: number;
+  }[];
+}
+
+/** Shipped to the workers: starts (true) or stops (false) their profiler; stopping returns their records. */
+const profileWorker = (on: boolean): sdk.rpc.CallRecord[] => {
+  if (on) {
+    tprpc.rpc.profiler.clear();
+    tprpc.rpc.profiler.enable();
+    return [];
+  }
+  tprpc.rpc.profiler.disable();
+  return tprpc.rpc.profiler.records();
+};
+
+/** The profiled step's rows (per caller, callee and target) and its forward overlap. */
+function breakdown(stepMs: number, byCaller: [string, sdk.rpc.CallRecord[]][]): Breakdown {
+  const rows = new Map<string, Breakdown["rows"][number]>();
+  for (const [caller, records] of byCaller)
+    for (const r of records) {
+      const key = `${caller}\u0000${r.peer}\u0000${r.target}`;
+      const row = rows.get(key) ?? {
+        caller,
+        peer: r.peer,
+        target: r.target,
+        calls: 0,
+        calleeMs: 0,
+        beforeMs: 0,
+        afterMs: 0,
+      };
+      row.calls++;
+      if (r.calleeStart !== null && r.calleeEnd !== null) {
+        row.calleeMs += r.calleeEnd - r.calleeStart;
+        row.beforeMs += r.calleeStart - r.queuedAt;
+        if (r.replyAt !== null) row.afterMs += r.replyAt - r.calleeEnd;
+      }
+      rows.set(key, row);
+    }
+  // NB: as notebook 04 draws it: stage 2's forward of micro-batch k counts from worker2's k-th fetch's reply
+  const master = byCaller.find(([c]) => c === "master")?.[1] ?? [];
+  const w2 = byCaller.find(([c]) => c === "worker2")?.[1] ?? [];
+  const fetches = w2.filter((r) => r.kind === "fetch").sort((a, b) => a.queuedAt - b.queuedAt);
+  const runs = (peer: string) =>
+    master
+      .filter((r) => r.peer === peer && r.target === "rref.forward" && r.calleeStart !== null && r.calleeEnd !== null)
+      .sort((a, b) => a.calleeStart! - b.calleeStart!);
+  const s1 = runs("worker1").map((r) => ({ worker: "worker1", name: "s1", start: r.calleeStart!, end: r.calleeEnd! }));
+  const s2 = runs("worker2").map((r, k) => ({
+    worker: "worker2",
+    name: "s2",
+    start: Math.max(r.calleeStart!, fetches[k]?.replyAt ?? r.calleeStart!),
+    end: r.calleeEnd!,
+  }));
+  return { stepMs, overlapMs: rpc.profiler.overlapMs(s1, s2), rows: [...rows.values()] };
 }
 
 /** tprpc's pipelined GPT: median ms per step, the last loss, and one profiled step's breakdown. */
@@ -142,25 +210,18 @@ async function tprpcPipeline(o: Opts): Promise<{ ms: number; loss: number; break
       loss = await step();
       times.push(now() - t0);
     }
+    for (const w of ["worker1", "worker2"]) await rpc.rpcSync(w, profileWorker, [true]);
     rpc.profiler.clear();
     rpc.profiler.enable();
     const t0 = now();
     await step();
     const stepMs = (now() - t0) * 1e3;
     rpc.profiler.disable();
-    const rows = new Map<string, Breakdown["rows"][number]>();
-    for (const r of rpc.profiler.records()) {
-      const key = `${r.peer}\u0000${r.target}`;
-      const row = rows.get(key) ?? { peer: r.peer, target: r.target, calls: 0, calleeMs: 0, restMs: 0 };
-      const callee = r.calleeStart !== null && r.calleeEnd !== null ? r.calleeEnd - r.calleeStart : 0;
-      row.calls++;
-      row.calleeMs += callee;
-      if (r.replyAt !== null) row.restMs += r.replyAt - r.queuedAt - callee;
-      rows.set(key, row);
-    }
+    const byCaller: [string, sdk.rpc.CallRecord[]][] = [["master", rpc.profiler.records()]];
+    for (const w of ["worker1", "worker2"]) byCaller.push([w, await rpc.rpcSync(w, profileWorker, [false])]);
     rpc.profiler.clear();
     await rpc.shutdown({ timeoutMs: 10_000 });
-    return { ms: median(times) * 1e3, loss, breakdown: { stepMs, rows: [...rows.values()] } };
+    return { ms: median(times) * 1e3, loss, breakdown: breakdown(stepMs, byCaller) };
   } finally {
     await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
     await cluster.close();
@@ -237,6 +298,12 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   try {
     process.stderr.write("[bench --e2e] pipelined GPT: tprpc ...\n");
     ours = await tprpcPipeline(o);
+    if (argv.includes("--gpt-only")) {
+      process.stdout.write(
+        `pipelined GPT, tprpc: ${ours.ms.toFixed(1)} ms/step  ${fmtTok(ours.ms)}  (loss ${ours.loss.toFixed(4)})\n`,
+      );
+      return;
+    }
     process.stderr.write("[bench --e2e] pipelined GPT: unsplit ...\n");
     alone = unsplit(o);
     process.stderr.write("[bench --e2e] pipelined GPT: PyTorch RPC ...\n");
@@ -281,17 +348,23 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
     `  ratios (tokens/s, > 1: tprpc faster): vs PyTorch RPC ${typeof torch === "string" ? "-" : (torch.value / ours.ms).toFixed(2) + "x"}, vs unsplit ${(alone / ours.ms).toFixed(2)}x`,
   );
   out.push("");
-  out.push(`  one profiled tprpc step (${ours.breakdown.stepMs.toFixed(1)} ms), rpc.profiler from the master:`);
-  out.push("  worker    target                          calls  callee run ms  rest of round trips ms");
-  for (const r of ours.breakdown.rows.sort((a, b) => b.calleeMs + b.restMs - a.calleeMs - a.restMs))
+  const bd = ours.breakdown;
+  out.push(
+    `  one profiled tprpc step (${bd.stepMs.toFixed(1)} ms; stage 1 and stage 2 forwards overlapped ${bd.overlapMs.toFixed(1)} ms), rpc.profiler on all three processes:`,
+  );
+  out.push("  caller   -> callee   target                         calls  run ms  before ms  after ms");
+  for (const r of bd.rows.sort((a, b) => b.calleeMs + b.beforeMs + b.afterMs - a.calleeMs - a.beforeMs - a.afterMs))
     out.push(
-      `  ${r.peer.padEnd(9)} ${r.target.slice(0, 30).padEnd(30)} ${String(r.calls).padStart(6)} ${r.calleeMs.toFixed(1).padStart(14)} ${r.restMs.toFixed(1).padStart(23)}`,
+      `  ${r.caller.padEnd(8)} -> ${r.peer.padEnd(8)} ${r.target.slice(0, 28).padEnd(28)} ${String(r.calls).padStart(6)} ${r.calleeMs.toFixed(1).padStart(7)} ${r.beforeMs.toFixed(1).padStart(10)} ${r.afterMs.toFixed(1).padStart(9)}`,
     );
   out.push(
-    "  (callee run: the target's run on the worker, awaits inside it included (stage 2's toHere waits for stage 1);",
+    "  (sums over the calls. run: the target's run on the callee, awaits inside it included (stage 2's toHere);",
   );
   out.push(
-    "   rest: queueing, serialization and transfer both ways; calls between workers (activations fetched, gradients sent) are not in the master's profile)",
+    "   before: made -> started on the callee (request serialization and transfer, queueing behind its other calls);",
+  );
+  out.push(
+    "   after: finished on the callee -> reply here (reply serialization and transfer, the callee's thread busy elsewhere))",
   );
   out.push("");
   out.push(

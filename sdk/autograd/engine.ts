@@ -110,14 +110,11 @@ export function accumulateIntoGrad(leaf: Tensor, grad: Tensor, owned = false): v
 }
 
 /** Whether a leaf may take a gradient only the engine holds as its .grad without a copy (see runBackward). */
-const STEAL_SOLE_GRADS = false;
+const STEAL_SOLE_GRADS = true;
 
 /** Runs the graph from the given nodes with the given gradients (used by backward() and distributed autograd). */
 export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = {}): void {
   const accumulate = opts.accumulate ?? accumulateIntoGrad;
-  // NB: taking a sole gradient as .grad without a copy is off for now (STEAL_SOLE_GRADS): with it and the
-  // output pool on, `npm run bench -- --e2e --quick`'s pipelined GPT hung in 3 of 8 runs (1 of 8 with the
-  // pool alone off, 0 of 12 with both off); the cause is not found yet.
   const steal = STEAL_SOLE_GRADS && opts.accumulate === undefined;
   const refs = new GradRefs();
   const deps = new Map<Node, number>();

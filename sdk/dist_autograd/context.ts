@@ -26,6 +26,7 @@ import type { Tensor } from "../tensor/tensor.js";
 import { debug } from "../util/index.js";
 import { currentAgent, getWorkerInfo } from "../rpc/api.js";
 import type { Agent } from "../rpc/agent.js";
+import { addStateSection } from "../rpc/state_dump.js";
 import type { SendNode } from "./functions.js";
 
 /** Ids: worker id × 2^32 + a per-worker counter (safe integers while worker ids stay below 2^21). */
@@ -110,6 +111,17 @@ function stateOf(agent: Agent | null = currentAgent()): AgentContexts {
   if (!s) perAgent.set(agent, (s = new AgentContexts(agent)));
   return s;
 }
+
+// NB: in the SIGUSR2 state dump (sdk/rpc/state_dump.ts): the contexts an agent holds, and which run a backward
+addStateSection("dist autograd", (agent) => {
+  const s = perAgent.get(agent);
+  if (!s || s.contexts.size === 0) return [];
+  return [...s.contexts.values()].map(
+    (c) =>
+      `context ${c.id}${c.backwardRunning ? " (its backward is running)" : ""}: ${c.sends.size} send node(s), ` +
+      `peers ${[...c.knownWorkers].join(", ") || "none"}`,
+  );
+});
 
 /** A new context on this worker, with a group-unique id. */
 export function createContext(): DistAutogradContext {

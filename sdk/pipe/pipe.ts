@@ -254,6 +254,11 @@ export class Pipe {
     return this.sm.state === "closed";
   }
 
+  /** One line for sdk/rpc/state_dump.ts: state, messages waiting for their buffers, what waits for the opening. */
+  debugState(): string {
+    return `${this.state}, ${this.inFlight} message(s) waiting for their buffers, ${this.sendsBeforeOpen.length} send(s) and ${this.framesBeforeOpen.length} frame(s) waiting for it to open`;
+  }
+
   /** Receives every message, in order. One listener. */
   onMessage(cb: (m: ReceivedMessage) => void): void {
     this.msgCb = cb;

@@ -31,12 +31,13 @@ import { hookIncoming, hookOutgoing } from "./hooks.js";
 import { type AgentPipeOptions, joinGroup } from "./join.js";
 import { PendingCalls } from "./pending_calls.js";
 import { agentStarted, agentStopped, registrations } from "./process.js";
-import { type CallKind, nowMs, profiler } from "./profiler.js";
+import { type CallKind, nowMs, profiler, targetName } from "./profiler.js";
 import { RRef, type RRefHost } from "./rref.js";
 import { RRefContext } from "./rref_context.js";
 import { RpcPipe, allocateOnDevice } from "./rpc_pipe.js";
 import { CallServer } from "./serving.js";
 import { ShutdownSync } from "./shutdown_sync.js";
+import { agentState } from "./state_dump.js";
 import {
   BuiltinIndex,
   Registry,
@@ -60,11 +61,22 @@ export interface CallOptions {
 export type WorkerRef = string | number | WorkerInfo;
 
 /** The registered target behind RRef proxies: runs `method(...args)` on the owner's value. */
-async function rrefMethodCall(rref: RRef<Record<string, unknown>>, method: string, args: unknown[]): Promise<unknown> {
-  const obj = await rref.toHere();
-  const fn = obj[method];
-  if (typeof fn !== "function") throw new TypeError(`the RRef's value has no method "${method}"`);
-  return (fn as (...a: unknown[]) => unknown).apply(obj, args);
+function rrefMethodCall(rref: RRef<Record<string, unknown>>, method: string, args: unknown[]): unknown {
+  const run = (obj: Record<string, unknown>): unknown => {
+    const fn = obj[method];
+    if (typeof fn !== "function") throw new TypeError(`the RRef's value has no method "${method}"`);
+    return (fn as (...a: unknown[]) => unknown).apply(obj, args);
+  };
+  // NB: a value made here runs now, not after an await: the serve queue (./serve_queue.ts) then
+  // sees the method's computation inside the turn that started the call
+  let obj: Record<string, unknown> | undefined;
+  if (rref.isOwner())
+    try {
+      obj = rref.localValue();
+    } catch {
+      obj = undefined;
+    }
+  return obj === undefined || obj === null ? rref.toHere().then(run) : run(obj);
 }
 
 export class Agent implements RRefHost {
@@ -79,6 +91,10 @@ export class Agent implements RRefHost {
   private readonly calls = new PendingCalls();
   private readonly server = new CallServer(this);
   private readonly outgoing = new Map<string, Promise<RpcPipe>>();
+  /** The outgoing pipes that are open, by peer: a call made mid-computation is sent from there at once. */
+  private readonly openPipes = new Map<string, RpcPipe>();
+  /** Per peer, sends still waiting for pipeTo() (sent in order before any sent at once). */
+  private readonly sendsWaiting = new Map<string, number>();
   private readonly inbound = new Set<RpcPipe>();
   private closed = false;
   /** The default timeout of calls (initRpc's rpcTimeoutMs; rpc.setRpcTimeout changes it). */
@@ -252,10 +268,11 @@ export class Agent implements RRefHost {
       collect: MessageType.RREF_COLLECT,
     }[kind];
     if (this.closed) return Promise.resolve();
-    // NB: never throws, also not synchronously for a worker that has left (pipeTo() looks it up)
+    // NB: never throws, also not synchronously for a worker that has left (pipeTo() looks it up); and
+    // never sends synchronously: RRefs decoded in a message notify their owners while it is decoded
     return Promise.resolve()
-      .then(() => this.pipeTo(to))
-      .then((p) => p.send(type, 0, { from: this.name, ...body }).then(() => undefined))
+      .then(() => this.sendOn(to, (p) => p.send(type, 0, { from: this.name, ...body })))
+      .then(() => undefined)
       .catch((e: Error) => debug(1, "rpc", `could not send ${kind} to ${to}: ${e.message}`));
   }
 
@@ -273,9 +290,9 @@ export class Agent implements RRefHost {
     } catch (e) {
       return Promise.reject(e);
     }
-    return this.pipeTo(name)
-      .then((p) => p.send(MessageType.P2P_MESSAGE, 0, { ...payload, from: this.name }))
-      .then(() => undefined);
+    return this.sendOn(name, (p) => p.send(MessageType.P2P_MESSAGE, 0, { ...payload, from: this.name })).then(
+      () => undefined,
+    );
   }
 
   /** A request that expects RESPONSE or ERROR under its id; `to` is a member its caller already looked up. */
@@ -308,29 +325,27 @@ export class Agent implements RRefHost {
     const kind: CallKind =
       type === MessageType.REMOTE_CALL ? "remote" : type === MessageType.RREF_FETCH ? "fetch" : "call";
     // NB: an RRef proxy's call is recorded under its method's name, not the internal rrefMethodCall
-    const prof = profiler.begin(id, kind, target, to, target === rrefMethodCall ? String(args[1]) : undefined);
-    const done = this.calls.open(id, to, timeoutMs, prof);
+    const method = target === rrefMethodCall ? String(args[1]) : undefined;
+    const prof = profiler.begin(id, kind, target, to, method);
+    const done = this.calls.open(id, to, timeoutMs, prof, `${kind} ${targetName(target, method)}`);
+    const payload = (rec: TargetRecord | null) => ({
+      from: this.name,
+      target: rec,
+      args: [...(out.values as unknown[])],
+      ...extra,
+      ...(out.ext ? { ext: out.ext } : {}),
+      ...(prof ? { prof: 1 } : {}),
+    });
     const send = (rec: TargetRecord | null) =>
-      this.pipeTo(to)
-        .then((p) =>
-          p.send(type, id, {
-            from: this.name,
-            target: rec,
-            args: [...(out.values as unknown[])],
-            ...extra,
-            ...(out.ext ? { ext: out.ext } : {}),
-            ...(prof ? { prof: 1 } : {}),
-          }),
-        )
-        .then(
-          (bytes) => {
-            if (prof) {
-              prof.sentAt ??= nowMs();
-              prof.bytesSent += bytes;
-            }
-          },
-          (e: Error) => this.calls.settle(id, e),
-        );
+      this.sendOn(to, (p) => p.send(type, id, payload(rec))).then(
+        (bytes) => {
+          if (prof) {
+            prof.sentAt ??= nowMs();
+            prof.bytesSent += bytes;
+          }
+        },
+        (e: Error) => this.calls.settle(id, e),
+      );
     if (record) {
       const full = record;
       this.calls.get(id)!.retry = () => {
@@ -420,6 +435,40 @@ export class Agent implements RRefHost {
     return p;
   }
 
+  /**
+   * Runs `send` on the pipe to `to`: at once when that pipe is open and no earlier send still waits
+   * for it, else after those (in call order). NB: at once, not in a microtask, because a target that
+   * goes on computing after a call (a backward passing gradients on) would otherwise hold the
+   * message until it returns. Never throws; a pipe that cannot open rejects.
+   */
+  private sendOn<T>(to: string, send: (p: RpcPipe) => Promise<T>): Promise<T> {
+    const open = this.openPipes.get(to);
+    if (open && !this.sendsWaiting.get(to)) return send(open);
+    let p: Promise<RpcPipe>;
+    try {
+      p = this.pipeTo(to);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    this.sendsWaiting.set(to, (this.sendsWaiting.get(to) ?? 0) + 1);
+    const done = (): void => {
+      const n = this.sendsWaiting.get(to)! - 1;
+      if (n > 0) this.sendsWaiting.set(to, n);
+      else this.sendsWaiting.delete(to);
+    };
+    return p.then(
+      (rp) => {
+        done();
+        if (!rp.pipe.closed && this.outgoing.get(to) === p) this.openPipes.set(to, rp);
+        return send(rp);
+      },
+      (e: Error) => {
+        done();
+        throw e;
+      },
+    );
+  }
+
   /** The pipe to `name` (opened if needed): its transport and the channel per device pair. */
   async pipeInfo(name: string): Promise<PipeInfo> {
     return (await this.pipeTo(name)).pipe.info();
@@ -428,6 +477,7 @@ export class Agent implements RRefHost {
   private onPipeClosed(p: RpcPipe, e: Error | null): void {
     const name = p.peerName;
     if (this.outgoing.get(name) !== undefined) this.outgoing.delete(name);
+    if (this.openPipes.get(name) === p) this.openPipes.delete(name);
     // NB: the pipe already says "worker X is unavailable (...)" when its connection closed; don't wrap it twice
     const message =
       e instanceof WorkerUnavailableError
@@ -472,6 +522,11 @@ export class Agent implements RRefHost {
       }
       this.calls.settle(m.id, errorFromWire(rec, from));
     }
+  }
+
+  /** @internal what this agent waits for (./state_dump.ts: SIGUSR2 with TPRPC_DEBUG). */
+  debugState(): string[] {
+    return agentState(this.calls, this.server, this.rrefs, this.sendsWaiting, this.openPipes.values(), this.inbound);
   }
 
   /** Calls this worker waits on plus calls it serves. */

@@ -14,6 +14,9 @@ export interface PendingCall {
   retry: (() => void) | null;
   /** The profiler's record of this call (while rpc.profiler is enabled). */
   readonly prof: CallRecord | null;
+  /** What was called ("call f", "remote rref.forward"), and when (performance.now()), for debugState. */
+  readonly what: string;
+  readonly since: number;
   resolve(v: unknown): void;
   reject(e: Error): void;
   timer: LongTimer | null;
@@ -33,9 +36,9 @@ export class PendingCalls {
   }
 
   /** Waits for the reply to call `id` to `peer`; timeoutMs 0 = none. */
-  open(id: number, peer: string, timeoutMs: number, prof: CallRecord | null): Promise<unknown> {
+  open(id: number, peer: string, timeoutMs: number, prof: CallRecord | null, what = ""): Promise<unknown> {
     return new Promise<unknown>((resolve, reject) => {
-      const p: PendingCall = { resolve, reject, timer: null, peer, retry: null, prof };
+      const p: PendingCall = { resolve, reject, timer: null, peer, retry: null, prof, what, since: performance.now() };
       if (timeoutMs > 0)
         p.timer = new LongTimer(timeoutMs, () => {
           this.calls.delete(id);
@@ -61,6 +64,14 @@ export class PendingCalls {
     }
     if (error) p.reject(error);
     else p.resolve(value);
+  }
+
+  /** One line per call waited on (./state_dump.ts). */
+  debugState(): string[] {
+    const now = performance.now();
+    return [...this.calls].map(
+      ([id, p]) => `waits on call ${id} to ${p.peer}: ${p.what || "?"}, for ${(now - p.since).toFixed(0)} ms`,
+    );
   }
 
   /** Rejects every call to `peer` with `error()`. */

@@ -10,6 +10,7 @@
  */
 import { AsyncLocalStorage } from "node:async_hooks";
 import type { Agent } from "./agent.js";
+import { installStateDump } from "./state_dump.js";
 
 let sdk: Readonly<Record<string, unknown>> = {};
 const registered = new Map<string, unknown>();
@@ -40,6 +41,7 @@ export function registerEverywhere(name: string, value: unknown): void {
 /** @internal agents announce themselves while they run (for registerEverywhere). */
 export function agentStarted(a: Agent): void {
   live.add(a);
+  installStateDump(() => live);
 }
 
 export function agentStopped(a: Agent): void {

@@ -10,8 +10,9 @@
  *    the value (or its error, raised by toHere) and confirms.
  * 2. Sending a user RRef: the sender mints a child fork c and holds its own
  *    RRef object alive (pendingChildren) until the owner accepts c. The
- *    receiver, if it is not the owner, makes a user RRef for c and sends
- *    RREF_FORK_REQUEST to the owner, which registers c, confirms the child and
+ *    receiver, if it is not the owner, makes a user RRef for c, holds it
+ *    (pendingUsers: a call waiting for it is reachable only through it) and
+ *    sends RREF_FORK_REQUEST to the owner, which registers c, confirms the child and
  *    sends RREF_CHILD_ACCEPT to the parent. If the receiver is the owner, it
  *    resolves the RRef to its own value and sends RREF_CHILD_ACCEPT itself.
  * 3. Sending an owner RRef: the owner registers the child fork first (it is

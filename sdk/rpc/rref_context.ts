@@ -34,6 +34,13 @@ export class RRefContext {
   private readonly owned = new Map<string, OwnerEntry>();
   /** child fork → the parent RRef object, held alive until the owner accepts the child (G2). */
   private readonly pendingChildren = new Map<string, RRef<unknown>>();
+  /**
+   * Received user RRefs not yet confirmed by their owner, held strongly until then (PyTorch's pending
+   * users). NB: a call that waits for one (takeOwnedArrivals) is reachable only through this RRef's
+   * confirmation callbacks, and liveUsers holds it weakly: without this hold, a full GC in that wait
+   * took the RRef and the call with it; the fork was deleted at its owner and the call never answered.
+   */
+  private readonly pendingUsers = new Map<string, RRef<unknown>>();
   /** forks of user RRefs made here, for deletion at shutdown. */
   private readonly liveUsers = new Map<string, { rrefId: string; owner: string; ref: WeakRef<RRef<unknown>> }>();
   private counter = 0;
@@ -121,9 +128,10 @@ export class RRefContext {
    * here; RRefs it owned will never be confirmed, so nothing waits for that any longer.
    */
   holderLeft(name: string): void {
-    for (const u of this.liveUsers.values())
+    for (const [fork, u] of this.liveUsers)
       if (u.owner === name) {
         const r = u.ref.deref();
+        this.pendingUsers.delete(fork);
         if (r && !r.confirmedByOwner())
           r.fail(new WorkerUnavailableError(`the owner of ${r.toString()}, "${name}", left the group`, name));
       }
@@ -265,6 +273,20 @@ export class RRefContext {
     if (e.forks.size === 0 && !e.provide) this.owned.delete(rrefId);
   }
 
+  /** Lines for ./state_dump.ts: owned values not made yet, forks not yet accepted, users not yet confirmed. */
+  debugState(): string[] {
+    const out = [`rrefs: ${this.owned.size} value(s) owned here, ${this.liveUsers.size} user RRef(s) made here`];
+    for (const [id, e] of this.owned)
+      if (!e.settled)
+        out.push(
+          `owned ${id}: ${e.provide ? "its REMOTE_CALL has not arrived" : "being made"}; forks ${[...e.forks].map(([f, h]) => `${f}@${h || "?"}`).join(", ")}`,
+        );
+    for (const fork of this.pendingChildren.keys()) out.push(`fork ${fork} sent, not yet accepted by its owner`);
+    for (const [fork, r] of this.pendingUsers)
+      out.push(`received ${fork} of ${r.rrefId}: waits for ${r.ownerName()} to confirm it`);
+    return out;
+  }
+
   /** Makes (or resolves) the RRef object for an incoming descriptor. */
   materialize(d: RRefWire): RRef<unknown> {
     const host = this.host();
@@ -291,9 +313,13 @@ export class RRefContext {
     });
     this.liveUsers.set(d.fork, { rrefId: d.rrefId, owner: d.owner, ref: new WeakRef(r) });
     this.userMade();
-    // NB: as PyTorch's callee, a call runs once the owner confirmed the forks among its arguments
-    if (!d.ownerFork) (this.ownedArrivals ??= []).push(r.settled());
-    if (!d.ownerFork) void host.notify(d.owner, "forkRequest", { rrefId: d.rrefId, fork: d.fork, parent: d.parent });
+    if (!d.ownerFork) {
+      // NB: as PyTorch's callee, a call runs once the owner confirmed the forks among its arguments;
+      // until then the RRef (and so the call) is held here (see pendingUsers)
+      this.pendingUsers.set(d.fork, r);
+      (this.ownedArrivals ??= []).push(r.settled());
+      void host.notify(d.owner, "forkRequest", { rrefId: d.rrefId, fork: d.fork, parent: d.parent });
+    }
     return r;
   }
 
@@ -327,7 +353,9 @@ export class RRefContext {
    */
   childAccepted(fork: string): void {
     this.pendingChildren.delete(fork);
-    this.liveUsers.get(fork)?.ref.deref()?.confirm();
+    const pending = this.pendingUsers.get(fork);
+    this.pendingUsers.delete(fork);
+    (pending ?? this.liveUsers.get(fork)?.ref.deref())?.confirm();
   }
 
   /** A user RRef made by remote() here. */
@@ -343,6 +371,7 @@ export class RRefContext {
     );
     this.liveUsers.clear();
     this.pendingChildren.clear();
+    this.pendingUsers.clear();
     this.closed = true;
     if (this.idleTimer) clearTimeout(this.idleTimer);
     if (this.pressureTimer) clearInterval(this.pressureTimer);

@@ -2,13 +2,18 @@
  * The callee's side of the agent: serving what arrives on inbound pipes.
  *
  * A call (REQUEST, REMOTE_CALL, RREF_FETCH), step by step:
+ * 0. REQUEST and REMOTE_CALL queue (./serve_queue.ts): back to back while they
+ *    are cheap; after a turn's budget the JS thread goes back to the event
+ *    loop, so replies leave and fetches are answered between computations.
+ *    RREF_FETCH does not queue: its value is made or being made.
  * 1. Wait for the RRefs among its arguments: values owned here must be made,
  *    user forks confirmed by their owners (`waits`, from RpcPipe).
  * 2. Materialize the target (./shipping: builtin, registered, global, module
  *    or shipped source, compiled once per peer and hash), run the message
  *    hooks' `incoming` on the arguments, and call it inside the hooks'
  *    `around` with this agent current (./process.ts); classes are
- *    constructed, promises awaited.
+ *    constructed, promises awaited. The target starts synchronously when the
+ *    queue starts the call (a call with RRefs to wait for queues once they settled).
  * 3. Reply RESPONSE {value} or ERROR {error} on the same pipe. REMOTE_CALL
  *    keeps the value (or its error, for toHere) in the RRefContext and
  *    replies once it is made; RREF_FETCH replies with an owned value.
@@ -23,11 +28,12 @@ import { hookAround, hookIncoming, hookOutgoing } from "./hooks.js";
 import { runServing } from "./process.js";
 import { nowMs } from "./profiler.js";
 import type { RpcPipe } from "./rpc_pipe.js";
+import { ServeQueue } from "./serve_queue.js";
 import {
   ShippedCodeMissingError,
   type TargetRecord,
   explainReferenceError,
-  materializeTarget,
+  materializeTargetNow,
 } from "./shipping/index.js";
 
 interface RequestPayload {
@@ -59,12 +65,23 @@ export function setOneWayHandler(h: OneWayHandler): void {
 export class CallServer {
   /** Calls being served (their replies not yet sent). */
   private readonly running = new Set<Promise<unknown>>();
+  private readonly queue = new ServeQueue();
+  /**
+   * Calls waiting for their RRef arguments before they queue, held here. NB: else only the promises
+   * they wait for would reach them (an unconfirmed RRef's own callbacks, see RRefContext.pendingUsers).
+   */
+  private readonly waitingForRRefs = new Set<() => void>();
 
   constructor(private readonly agent: Agent) {}
 
-  /** How many calls are being served now. */
+  /** How many calls are being served now (queued ones included). */
   get active(): number {
-    return this.running.size;
+    return this.running.size + this.queue.size + this.waitingForRRefs.size;
+  }
+
+  /** One line for ./state_dump.ts. */
+  debugState(): string {
+    return `serving: ${this.running.size} call(s) running, ${this.queue.size} queued, ${this.waitingForRRefs.size} waiting for their RRef arguments`;
   }
 
   /** Serves one message that arrived on `from` (see the file's top). */
@@ -102,22 +119,28 @@ export class CallServer {
         debug(1, "rpc", `ignoring a message of type ${m.type} from ${body.from}`);
         return;
     }
-    const work = runServing(this.agent, () => this.reply(m, body, from, waits));
-    this.running.add(work);
-    // NB: reply() never rejects: a failure is answered with ERROR (and a failed ERROR send is dropped)
-    void work.finally(() => this.running.delete(work));
+    const start = (): void => {
+      const work = runServing(this.agent, () => this.reply(m, body, from));
+      this.running.add(work);
+      // NB: reply() never rejects: a failure is answered with ERROR (and a failed ERROR send is dropped)
+      void work.finally(() => this.running.delete(work));
+    };
+    if (m.type === MessageType.RREF_FETCH) start();
+    else if (!waits) this.queue.push(start);
+    else {
+      // NB: queued once its RRef arguments settled, so that its target starts inside a turn too
+      this.waitingForRRefs.add(start);
+      void Promise.allSettled(waits).then(() => {
+        this.waitingForRRefs.delete(start);
+        this.queue.push(start);
+      });
+    }
   }
 
-  private async reply(
-    m: DecodedMessage,
-    body: RequestPayload,
-    to: RpcPipe,
-    waits: Promise<unknown>[] | null,
-  ): Promise<void> {
+  private async reply(m: DecodedMessage, body: RequestPayload, to: RpcPipe): Promise<void> {
     const t0 = body.prof === 1 ? nowMs() : 0;
     try {
       let value: unknown = null;
-      if (waits && m.type !== MessageType.RREF_FETCH) await Promise.allSettled(waits);
       if (m.type === MessageType.REQUEST) value = await this.runTarget(body);
       else if (m.type === MessageType.RREF_FETCH) value = await this.agent.rrefs.valueOf(body.rrefId!);
       else {
@@ -142,16 +165,27 @@ export class CallServer {
   }
 
   /** Materializes and runs a request's target (classes are constructed, promises awaited). */
-  private async runTarget(req: RequestPayload): Promise<unknown> {
+  private runTarget(req: RequestPayload): Promise<unknown> {
     const a = this.agent;
-    const fn = await materializeTarget(req.target, {
-      sdk: a.sdk,
-      registry: a.registry,
-      cache: a.codeCache,
-      peer: req.from,
-      workerName: a.name,
-    });
-    const args = hookIncoming(a, req.from, "request", req.args, req.ext) as unknown[];
+    let fn: unknown;
+    try {
+      // NB: synchronous but for module targets: the target then computes in the turn that started it
+      fn = materializeTargetNow(req.target, {
+        sdk: a.sdk,
+        registry: a.registry,
+        cache: a.codeCache,
+        peer: req.from,
+        workerName: a.name,
+      });
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    if (fn instanceof Promise) return fn.then((f) => this.runWith(f, req));
+    return this.runWith(fn, req);
+  }
+
+  private async runWith(fn: unknown, req: RequestPayload): Promise<unknown> {
+    const args = hookIncoming(this.agent, req.from, "request", req.args, req.ext) as unknown[];
     try {
       return await hookAround(req.ext, req.from, async () =>
         isClass(fn) ? new fn(...args) : await (fn as (...a: unknown[]) => unknown)(...args),

@@ -11,16 +11,16 @@
  * last in first out (the warmest in cache), at most the limit (setPoolLimit) in all; the rest are
  * left to GC.
  *
- * NB: off by default (limit 0) for now. With it on (POOL_MAX_BYTES), `npm run bench -- --e2e
- * --quick`'s pipelined GPT (distributed autograd over two workers, the native backend) hung in 3
- * of 8 runs and in none of 8 with it off; the cause is not found yet. Tests turn it on
- * (test/autograd/grad_pool.test.ts).
+ * NB: it was off for a while: with it on, `npm run bench -- --e2e --quick`'s pipelined GPT hung more
+ * often. The hang was not in the pool but in the RRef protocol (a call waiting for its RRef
+ * argument's confirmation could be garbage collected, see sdk/rpc/rref_context.ts pendingUsers); the
+ * pool only changed when V8 ran full collections.
  */
 /** Outputs this large and larger come from, and go back to, the pool (smaller ones are cheap to GC). */
 export const POOL_MIN_BYTES = 1 << 14;
-/** The most bytes the pool was meant to keep by default (see the NB above: the default is 0 for now). */
+/** The most bytes the pool keeps by default. */
 export const POOL_MAX_BYTES = 64 << 20;
-let limit = 0;
+let limit = POOL_MAX_BYTES;
 
 /** Sets the most bytes the pool keeps (0: recycle nothing); drops what is over it. Returns the previous limit. */
 export function setPoolLimit(bytes: number): number {

@@ -11,6 +11,11 @@ export function debug(level: number, scope: string, ...args: unknown[]): void {
   if (debugLevel >= level) console.error(`[tprpc:${scope}]`, ...args);
 }
 
+/** Whether TPRPC_DEBUG is at least `level`. */
+export function debugEnabled(level: number): boolean {
+  return debugLevel >= level;
+}
+
 /** Throws `new Err(message())` when `cond` is false; the message is built lazily. */
 export function check(cond: unknown, Err: new (msg: string) => TprpcError, message: () => string): asserts cond {
   if (!cond) throw new Err(message());

@@ -34,7 +34,7 @@ function run(): { grads: number[][]; hooked: number[]; xs: number[] } {
 }
 
 describeEachBackend("autograd: recycled gradient buffers", () => {
-  // NB: the pool is off by default (sdk/tensor/pool.ts); these tests turn it on and leave it as they found it
+  // NB: these tests need the pool on (its default, sdk/tensor/pool.ts) and leave it as they found it
   let initial = 0;
   beforeAll(() => {
     initial = setPoolLimit(POOL_MAX_BYTES);

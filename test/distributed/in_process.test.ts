@@ -88,6 +88,48 @@ describe("point-to-point", () => {
     expect(y.tolist()).toEqual([7, 8]);
   });
 
+  it("a round trip never waits for a check-phase turn (setImmediate), which RPC calls are served in", async () => {
+    // NB: issue #18's goal is a send/recv round trip no slower than rpcSync's. An RPC's call waits for
+    // a serve-queue turn (sdk/rpc/serve_queue.ts, setImmediate); a point-to-point message must not: it
+    // is written at once on an open pipe, delivered in frame order as its frame is read, and a send
+    // completes locally (no acknowledgement). With every setImmediate held, a round trip still completes
+    // (each wait bounded by timeoutMs) while an RPC started before it cannot.
+    const n = 40_000; // 160 KB: through the channel, and adopted on receipt
+    const x = arange(n).float();
+    const mid = zeros([n]);
+    const back = zeros([n]);
+    // the pipes both ways are open before anything is held (opening one is no part of this)
+    await Promise.all([as(0, () => dist.send(x, 1, { tag: 60 })), as(1, () => dist.recv(mid, 0, { tag: 60 }))]);
+    await Promise.all([as(1, () => dist.send(mid, 0, { tag: 60 })), as(0, () => dist.recv(back, 1, { tag: 60 }))]);
+    back.zero_();
+    const held: (() => void)[] = [];
+    const real = globalThis.setImmediate;
+    globalThis.setImmediate = ((fn: (...a: unknown[]) => void, ...args: unknown[]) => {
+      held.push(() => fn(...args));
+      return real(() => undefined); // an Immediate object for the caller; the real work waits in `held`
+    }) as typeof setImmediate;
+    let rpcSettled = false;
+    let call: Promise<unknown> = Promise.resolve();
+    try {
+      call = as(0, () => tprpc.rpc.rpcAsync("w1", (v: number) => v + 1, [1])).finally(() => (rpcSettled = true));
+      const opts = { tag: 61, timeoutMs: 10_000 };
+      await Promise.all([
+        as(1, async () => {
+          await dist.recv(mid, 0, opts);
+          await dist.send(mid, 0, opts);
+        }),
+        as(0, () => dist.send(x, 1, opts)),
+        as(0, () => dist.recv(back, 1, opts)),
+      ]);
+      expect(back.sub(x).abs().max().item()).toBe(0);
+      expect(rpcSettled).toBe(false); // the RPC's call waits for a turn: the hold above is in effect
+    } finally {
+      globalThis.setImmediate = real;
+      for (const f of held.splice(0)) f();
+    }
+    expect(await call).toBe(2);
+  });
+
   it("non-contiguous tensors on both sides", async () => {
     const src = arange(24).reshape([4, 6]).float().t(); // 6x4, strided
     const big = zeros([4, 12]);

@@ -1,6 +1,6 @@
 /**
  * kill -9 at the worst moments, with real processes. (1) A worker killed with
- * 48 calls pending on it (sleeping ones and ones carrying 64 KB tensors):
+ * 49 calls pending on it (sleeping ones, one computing, and ones carrying 64 KB tensors queued behind it):
  * every pending call rejects with WorkerUnavailableError naming it, all within
  * 2 s, while calls pending on another worker complete and the survivors keep
  * serving. (2) The master killed (a separate process, test/reliability/master.mjs,
@@ -49,11 +49,23 @@ describe("kill -9 of a worker with calls pending", () => {
       rpc.rpcAsync<number>("worker2", sleeper, [1_500], { timeoutMs: 30_000 }),
     );
     expect(await waitUntil(async () => (await runningOn("worker1")) === 32, 10_000, 50)).toBe(true);
-    // and 16 more carrying 64 KB each, still on their way or queued behind the sleepers' replies
+    // one that keeps worker1's JS thread computing, and 16 more carrying 64 KB each, queued behind it
+    // (NB: sent on an open pipe, a call is written at once: without the busy one, worker1 could answer
+    // them before the kill)
+    const busy = rpc.rpcAsync(
+      "worker1",
+      (ms: number) => {
+        const t = Date.now();
+        while (Date.now() - t < ms);
+        return ms;
+      },
+      [60_000],
+      { timeoutMs: 120_000 },
+    );
     const heavy = Array.from({ length: 16 }, (_, i) =>
       rpc.rpcAsync("worker1", (x: Tensor) => x.sum().item(), [tensor(seededFloats(16_384, i))], { timeoutMs: 120_000 }),
     );
-    const pending = [...sleeping, ...heavy];
+    const pending = [...sleeping, busy, ...heavy];
     const settledAt = pending.map(() => 0);
     const outcomes = pending.map((p, i) =>
       p

@@ -22,7 +22,7 @@ export { compileShipped, explainReferenceError, shippedScopeOf, type CompileCont
 export { describeTarget, type CallTarget, type DescribeContext } from "./describe.js";
 export { ShippedCodeMissingError, UnknownTargetError, UnresolvedNameError, UnshippableValueError } from "./errors.js";
 export { scanFreeNames, type FreeNameScan } from "./free_names.js";
-export { materializeTarget, type MaterializeContext } from "./materialize.js";
+export { materializeTarget, materializeTargetNow, type MaterializeContext } from "./materialize.js";
 export {
   canonicalJson,
   hashSource,

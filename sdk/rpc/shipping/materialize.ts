@@ -37,6 +37,15 @@ export interface MaterializeContext {
 
 /** The function or class a record names on this worker. `record` may come straight off the wire. */
 export async function materializeTarget(record: unknown, ctx: MaterializeContext): Promise<unknown> {
+  return materializeTargetNow(record, ctx);
+}
+
+/**
+ * materializeTarget without a detour through the microtask queue: the value itself (or a throw) for
+ * every kind but `module`, which gives a Promise (it imports). The callee starts a call's target in the
+ * same turn it takes the call from its queue (../serve_queue.ts), so it can tell what that turn cost.
+ */
+export function materializeTargetNow(record: unknown, ctx: MaterializeContext): unknown {
   const r = parseTargetRecord(record);
   const where = ctx.workerName ? `worker ${JSON.stringify(ctx.workerName)}` : "this worker";
   switch (r.kind) {

@@ -11,6 +11,8 @@ import type { Transport, TransportConnection, TransportListener } from "../inter
 import { acceptSecure, connectSecure } from "../tls.js";
 
 const AUTH_TIMEOUT_MS = 10_000;
+/** Messages corked behind a tick's first one leave at the latest when the next one is written this much later. */
+const CORK_MAX_MS = 0.2;
 
 class TcpConnection implements TransportConnection {
   closed = false;
@@ -19,7 +21,11 @@ class TcpConnection implements TransportConnection {
   private pending: Uint8Array[] = [];
   private endError: Error | null = null;
   private ended = false;
+  /** A message was written in this tick (the next ones are corked). */
+  private wroteThisTick = false;
+  /** The socket is corked for this tick's later messages, since corkedAt (performance.now()). */
   private corked = false;
+  private corkedAt = 0;
 
   constructor(
     private readonly sock: net.Socket,
@@ -51,16 +57,21 @@ class TcpConnection implements TransportConnection {
     if (this.closed)
       return Promise.reject(new WorkerUnavailableError(`connection to ${this.remote} is closed`, this.remote));
     return new Promise((resolve, reject) => {
-      // NB: the socket stays corked until the end of this tick, so every message written in one tick
-      // (64 calls in flight answered from one read) leaves in one writev; the last chunk's callback
-      // runs once all of them were handed to the OS (or with an error when the socket died first).
-      if (!this.corked) {
-        this.corked = true;
+      // NB: the first message of a tick leaves now, in one writev: code may go on computing after it
+      // (a reply, then the next call's target), and the message must not wait for that. Later
+      // messages of the same tick (64 calls in flight answered from one read) are corked and leave
+      // together at the end of the tick, or at once when the cork is already CORK_MAX_MS old. The last
+      // chunk's callback runs once all of them were handed to the OS (or with an error when the
+      // socket died first).
+      const first = !this.wroteThisTick;
+      if (first) {
+        this.wroteThisTick = true;
+        process.nextTick(this.endTick);
         this.sock.cork();
-        process.nextTick(() => {
-          this.corked = false;
-          this.sock.uncork();
-        });
+      } else if (!this.corked) {
+        this.corked = true;
+        this.corkedAt = performance.now();
+        this.sock.cork();
       }
       const last = chunks.length - 1;
       for (let i = 0; i < last; i++) this.sock.write(chunks[i]!);
@@ -74,8 +85,21 @@ class TcpConnection implements TransportConnection {
             )
           : resolve(),
       );
+      if (first) this.sock.uncork();
+      else if (performance.now() - this.corkedAt > CORK_MAX_MS) this.uncorkNow();
     });
   }
+
+  private uncorkNow(): void {
+    if (!this.corked) return;
+    this.corked = false;
+    this.sock.uncork();
+  }
+
+  private readonly endTick = (): void => {
+    this.wroteThisTick = false;
+    this.uncorkNow();
+  };
 
   onData(cb: (chunk: Uint8Array) => void): void {
     this.dataCb = cb;
