@@ -203,7 +203,8 @@ function receiveInto(into: Tensor, x: Tensor): void {
     d.byteLength === d.buffer.byteLength &&
     whole(into) &&
     whole(x) &&
-    !into.storage.isShared
+    // NB: a block adopted before is not shared memory; the lookup (native) costs a few microseconds
+    (adopted.has(into.storage.data.buffer) || !into.storage.isShared)
   ) {
     const old = into.storage.data;
     into.storage.adoptHost_(d);
