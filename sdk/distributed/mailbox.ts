@@ -45,7 +45,9 @@ const RELEASE_MIN_BYTES = 64 << 10;
 export function releaseReceived(t: Tensor): boolean {
   if (!native || t.storage.device.type !== "cpu") return false;
   const d = t.storage.data;
-  if (d.buffer.byteLength < RELEASE_MIN_BYTES) return false;
+  // NB: only a buffer the storage covers whole: a view into a larger one (an allocator's arena) may hold more
+  if (d.buffer.byteLength < RELEASE_MIN_BYTES || d.byteOffset !== 0 || d.byteLength !== d.buffer.byteLength)
+    return false;
   return native.detachBuffer(d);
 }
 
