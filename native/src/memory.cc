@@ -344,6 +344,23 @@ Napi::Value AddressOf(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(addr));  // NB: user addresses < 2^47, exact in a double
 }
 
+// detachBuffer(buffer): detaches the ArrayBuffer (of a TypedArray: its buffer); true when it was detachable.
+// Every view of it reads as empty from then on, and what backs it is released now, not at the collection that
+// would free it: Node runs an external buffer's finalizer at its next immediate (an shm landing block goes back
+// to the peer, a pool block to the pool; sdk/distributed/p2p.ts), V8 frees its own buffers at once.
+Napi::Value DetachBuffer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Value v = info[0];
+  Napi::ArrayBuffer ab;
+  if (v.IsArrayBuffer()) ab = v.As<Napi::ArrayBuffer>();
+  else if (v.IsTypedArray()) ab = v.As<Napi::TypedArray>().ArrayBuffer();
+  else throw Napi::TypeError::New(env, "detachBuffer: expected an ArrayBuffer or a TypedArray");
+  if (ab.IsDetached()) return Napi::Boolean::New(env, false);
+  // NB: the C call, not node-addon-api's Detach(), which throws on a buffer V8 will not detach (a wasm memory)
+  bool detachable = napi_detach_arraybuffer(env, ab) == napi_ok;
+  return Napi::Boolean::New(env, detachable);
+}
+
 }  // namespace
 
 bool LookupShared(const void* data, SharedBlock* out) {
@@ -361,6 +378,7 @@ void RegisterMemory(Napi::Env env, Napi::Object exports) {
   exports.Set("setPoolLimit", Napi::Function::New(env, SetPoolLimit));
   exports.Set("sharedMemory", Napi::Function::New(env, SharedMemory));
   exports.Set("addressOf", Napi::Function::New(env, AddressOf));
+  exports.Set("detachBuffer", Napi::Function::New(env, DetachBuffer));
 }
 
 }  // namespace tprpc

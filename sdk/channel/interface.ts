@@ -193,14 +193,24 @@ export interface Channel {
    * become the received buffer itself, or null (then the pipe allocates one). The pipe asks right
    * before `recv`, and passes what it got to `recv` (which then has nothing left to copy). Like any
    * destination, the buffer belongs to the receiver from then on: a channel may reuse its memory
-   * only once the buffer was garbage collected (shm: its landing blocks). Throws when the
-   * descriptor is malformed or names memory the peer does not hold (the pipe then closes).
+   * only once the buffer was garbage collected or detached (shm: its landing blocks; see
+   * `reusableBuffers`). Throws when the descriptor is malformed or names memory the peer does not
+   * hold (the pipe then closes).
    */
   adoptBuffer?(descriptor: Uint8Array, byteLength: number, target: DeviceRef): ChannelBuffer | null;
   /** Ends the channel; idempotent. Pending operations reject with `error` (default: a WorkerUnavailableError saying it closed). */
   close(error?: Error): void;
   readonly closed: boolean;
 }
+
+/**
+ * The ArrayBuffers of CPU buffers that a channel's `adoptBuffer` handed out over memory it keeps mapped
+ * and reuses once the buffer is gone (shm: its landing blocks). A receiver that knows nothing reads
+ * such a buffer any more may detach it (the addon's detachBuffer) to hand the memory back at once rather
+ * than at the garbage collection that would free it (sdk/distributed/p2p.ts does). The channel's memory
+ * stays mapped while the channel is open, so a reader it missed sees other bytes, never freed memory.
+ */
+export const reusableBuffers = new WeakSet<ArrayBufferLike>();
 
 /** A channel backend, registered once per process (./index.ts). */
 export interface ChannelContext {

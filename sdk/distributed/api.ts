@@ -113,6 +113,11 @@ export function isend(tensor: Tensor, dst: number, opts: P2POptions = {}): Work 
 /**
  * Receives into `tensor` (written in place, any strides) from rank `src`, or from any rank when
  * `src` is omitted or null (torch.distributed.irecv); the Work's result is the sender's rank.
+ * As in torch, the tensor must not be in a send still in flight (an isend, an RPC argument) while
+ * the receive writes it. Over shm a large message into a whole contiguous tensor may replace the
+ * tensor's memory with the block it arrived in (no second copy): take `typedArray()` views after
+ * receiving, since a view of the memory before reads as empty once a later receive gives that block
+ * back (sdk/distributed/p2p.ts, receiveInto).
  */
 export function irecv(tensor: Tensor, src?: number | null, opts: P2POptions = {}): Work<number> {
   const from = src === undefined || src === null ? null : src;

@@ -66,6 +66,8 @@ function recv(
   fromPos: number,
   step: number | string,
   consume: (t: Tensor) => void,
+  /** consume copies or reduces the message into place (its buffer is then released at once: ./mailbox.ts) */
+  copiesOut = true,
 ): Promise<number> {
   return c.g.p2p.recv(
     {
@@ -75,6 +77,7 @@ function recv(
       consume,
       dependsOn: c.g.rankSet,
       what: c.what,
+      copiesOut,
     },
     c.timeoutMs,
   );
@@ -94,7 +97,7 @@ async function exchangeAll(
   for (let j = 0; j < n; j++) {
     if (j === me) continue;
     ops.push(send(c, own(j), j, step));
-    ops.push(recv(c, like, j, step, (t) => (got[j] = t)));
+    ops.push(recv(c, like, j, step, (t) => (got[j] = t), false));
   }
   await Promise.all(ops);
 }

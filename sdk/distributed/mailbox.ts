@@ -18,11 +18,38 @@
  *    received is in memory once: the bound is on what waits unmatched.
  * 5. A posted receive ends by a match, its timeout, or the death of a peer it
  *    depends on (its source; for a collective, any member of the group).
+ * 6. A receive whose consume copies the message out (`copiesOut`: the
+ *    collectives' ring steps and broadcast) releases the received buffer as
+ *    soon as consume returns (releaseReceived): an shm landing block goes back
+ *    to the sender at once, a channel's receive buffer to its allocator,
+ *    instead of waiting for a garbage collection. A user's receive does the same
+ *    in ./p2p.ts (receiveInto), which may adopt the buffer instead.
  */
 import { DistributedError, RpcTimeoutError, TensorMismatchError } from "../errors/index.js";
+import { loadNative } from "../native/binding.js";
 import { itemSize } from "../tensor/dtype.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { LongTimer } from "../rpc/timeouts.js";
+
+const native = loadNative();
+
+/** Smaller received buffers are left to the garbage collector (nothing large to give back). */
+const RELEASE_MIN_BYTES = 64 << 10;
+
+/**
+ * Releases the buffer under a received message's tensor now (the addon's detachBuffer): its memory goes
+ * back at once (an shm landing block to the peer, which fills it again; a pool block to the pool) rather
+ * than at the collection that would free it. Only for a tensor the pipe decoded for this message, once
+ * nothing reads it any more: every view of the buffer reads as empty afterwards. Returns whether it did.
+ */
+export function releaseReceived(t: Tensor): boolean {
+  if (!native || t.storage.device.type !== "cpu") return false;
+  const d = t.storage.data;
+  // NB: only a buffer the storage covers whole: a view into a larger one (an allocator's arena) may hold more
+  if (d.buffer.byteLength < RELEASE_MIN_BYTES || d.byteOffset !== 0 || d.byteLength !== d.buffer.byteLength)
+    return false;
+  return native.detachBuffer(d);
+}
 
 /** What travels beside a point-to-point tensor. */
 export interface Envelope {
@@ -48,6 +75,12 @@ export interface PostedRecv {
   dependsOn: ReadonlySet<number> | null;
   /** For messages: "recv from rank 2 (tag 0)". */
   what: string;
+  /**
+   * consume copies (or reduces) the received tensor into place and keeps no reference to it: the
+   * received buffer is released once consume returns (see releaseReceived). Leave it unset for a
+   * consume that keeps the tensor.
+   */
+  copiesOut?: boolean;
 }
 
 interface Posted extends PostedRecv {
@@ -200,6 +233,9 @@ export class Mailbox {
     } catch (e) {
       p.reject(e as Error);
       return;
+    } finally {
+      // NB: also after a mismatch or a failed consume: the message is dropped either way
+      if (p.copiesOut) releaseReceived(tensor);
     }
     p.resolve(env.src);
   }

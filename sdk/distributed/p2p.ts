@@ -20,8 +20,8 @@
  *    in frame order, to this agent's Mailbox (./mailbox.ts), which matches it
  *    against posted receives or holds it. A message the mailbox refuses
  *    (TPRPC_P2P_HOLD_BYTES) or a malformed one is kept as a refusal that
- *    fails the receive matching it with the DistributedError. A large receive
- *    into a whole contiguous storage adopts the received buffer (receiveInto).
+ *    fails the receive matching it with the DistributedError. See receiveInto
+ *    for how a receive writes into the given tensor.
  * 4. A send fails with RpcTimeoutError after its timeout, and with
  *    WorkerUnavailableError when the pipe to the peer closes first.
  * 5. Receives are bounded by the same default timeout (the agent's RPC
@@ -36,14 +36,18 @@ import {
   ValueError,
   WorkerUnavailableError,
 } from "../errors/index.js";
+import { reusableBuffers } from "../channel/interface.js";
+import { loadNative } from "../native/binding.js";
 import type { Agent } from "../rpc/agent.js";
 import { currentAgent } from "../rpc/api.js";
 import { setOneWayHandler } from "../rpc/serving.js";
 import { LongTimer, checkTimeoutMs } from "../rpc/timeouts.js";
 import { Tensor } from "../tensor/tensor.js";
 import { debug } from "../util/index.js";
-import { type Envelope, Mailbox, type PostedRecv } from "./mailbox.js";
+import { type Envelope, Mailbox, type PostedRecv, releaseReceived } from "./mailbox.js";
 import { copyMessage } from "./reduce_op.js";
+
+const native = loadNative();
 
 const states = new WeakMap<Agent, P2P>();
 
@@ -167,11 +171,24 @@ export class P2P {
 /** Receives of at least this many bytes may adopt the received buffer instead of copying it. */
 const ADOPT_MIN_BYTES = 64 << 10;
 
+/** The buffers receiveInto made a storage's memory (shm landing blocks), until a later receive replaces them. */
+const adopted = new WeakSet<ArrayBufferLike>();
+
 /**
- * into = x for a user's receive. When `into` is a contiguous CPU tensor over its whole storage (not in
- * shared memory) and `x` is the same over a buffer of its own (a landing block the shm channel wrote,
- * or the buffer the channel received into), `into`'s storage adopts x's memory instead of a copy:
- * the same values, one copy per message as an RPC reply has, not two. Else one copy.
+ * into = x for a user's receive.
+ *
+ * 1. x over an shm landing block of at least ADOPT_MIN_BYTES, into a contiguous CPU tensor over its
+ *    whole storage (not shared memory) of the same dtype: the storage adopts the block (Storage.adoptHost_)
+ *    instead of a copy, so a message costs the one copy the sender made into the block, as an RPC reply
+ *    does. When the array the storage had was a block an earlier receive adopted, that block is released
+ *    now (detached: it goes back to the sender, which fills it again), not when V8 collects it: waiting
+ *    made every process scavenge every few 4 MB messages (the landing code shows the blocks' memory to V8
+ *    when a size runs short) and sent each message into a block unused for a dozen messages, out of
+ *    cache (issue #18: p2p at 0.6-0.85x of rpcSync at 4 MB over shm). So a typedArray() view taken before
+ *    such a receive reads as empty after the next one into the same tensor: take views after receiving.
+ * 2. Otherwise one copy into `into` (any strides; its storage stays the same, as torch's recv writes into
+ *    the tensor), then the received buffer is released at once (./mailbox.ts, releaseReceived): a
+ *    channel's receive buffer kept for a round trip was promoted and cost mark-compacts on cma and tcp.
  */
 function receiveInto(into: Tensor, x: Tensor): void {
   const d = x.storage.device.type === "cpu" ? x.storage.data : null;
@@ -179,16 +196,24 @@ function receiveInto(into: Tensor, x: Tensor): void {
     t.device.type === "cpu" && t.offset === 0 && t.isContiguous() && t.numel() === t.storage.data.length;
   if (
     d !== null &&
+    reusableBuffers.has(d.buffer) &&
     into.dtype === x.dtype &&
     d.byteLength >= ADOPT_MIN_BYTES &&
     d.byteOffset === 0 &&
     d.byteLength === d.buffer.byteLength &&
     whole(into) &&
     whole(x) &&
-    !into.storage.isShared
-  )
+    // NB: a block adopted before is not shared memory; the lookup (native) costs a few microseconds
+    (adopted.has(into.storage.data.buffer) || !into.storage.isShared)
+  ) {
+    const old = into.storage.data;
     into.storage.adoptHost_(d);
-  else copyMessage(into, x);
+    adopted.add(d.buffer);
+    if (adopted.delete(old.buffer)) native?.detachBuffer(old);
+    return;
+  }
+  copyMessage(into, x);
+  releaseReceived(x);
 }
 
 /** The receiver's end of every message (the pipe's serving code calls it in frame order; never throws). */

@@ -190,6 +190,12 @@ export interface NativeBinding {
   sharedMemory(buffer: ArrayBuffer | ArrayBufferView): NativeSharedMemory | null;
   /** Address of the first byte (debugging and alignment tests). */
   addressOf(buffer: ArrayBuffer | ArrayBufferView): number;
+  /**
+   * Detaches the buffer (of a view: its ArrayBuffer): its views read as empty from then on, and its memory is
+   * released now instead of at a garbage collection (an external buffer's finalizer runs at Node's next
+   * immediate). False when V8 would not detach it. Only for buffers nothing else will read.
+   */
+  detachBuffer(buffer: ArrayBuffer | ArrayBufferView): boolean;
   /** The native channels' namespace (shm, cma, ucx); typed in ./channels.ts, use `nativeChannels()` from there. */
   channels(): unknown;
   /** The GPU libraries' namespace (status, devices, NCCL ids); typed in ./gpu.ts, use `nativeGpu()` from there. */
@@ -237,6 +243,7 @@ export const NATIVE_FUNCTIONS = [
   "setPoolLimit",
   "sharedMemory",
   "addressOf",
+  "detachBuffer",
   "channels",
   "gpu",
   "cudaKernels",

@@ -10,11 +10,16 @@
  *    run out and transfers fall back to the ring): a tensor the master receives lives in a landing
  *    block (no second copy); tensors the worker keeps stay as they were sent while the master
  *    mutates and resends its own; every round trip comes back intact.
+ * 3. Through tprpc.distributed (same set-up): a receive gives its landing block back at once (the
+ *    storage that adopted it lets go of the one before; a copy into a view releases it), so with eight
+ *    blocks 40 round trips all land, without waiting for V8 to collect anything.
  */
 import fs from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { TaggedChannel } from "../../sdk/channel/shm/tagged_channel.js";
-import { type Tensor, rpc, zeros } from "../../sdk/index.js";
+import type { ChannelBuffer } from "../../sdk/channel/interface.js";
+import { LANDED } from "../../sdk/channel/native_common.js";
+import { TaggedChannel } from "../../sdk/channel/shm/tagged_channel.js";
+import { type Tensor, distributed, rpc, zeros } from "../../sdk/index.js";
 import { loadNative } from "../../sdk/native/binding.js";
 import { pattern } from "../native/channel_peer.js";
 import { nativeOrSkip } from "../native/helpers.js";
@@ -213,4 +218,84 @@ describe.skipIf(skip !== null)("shm landing blocks through rpc", () => {
     const ranges = (await rpc.rpcSync("worker1", keptRanges)) as Array<[number, number]>;
     expect(ranges).toEqual(Array.from({ length: n }, (_, i) => [i + 1, i + 1]));
   }, 60_000);
+});
+
+// NB: shipped functions name the SDK `tprpc` on the worker
+declare const tprpc: typeof import("../../sdk/index.js");
+
+/** The worker's end: `k` times receive from rank 0 into a [512, 512] float32 tensor (or a strided view) and send it back. */
+async function p2pEcho(k: number, view: boolean): Promise<number> {
+  const t = view ? tprpc.zeros([512, 520]).narrow(1, 4, 512) : tprpc.zeros([512, 512]);
+  for (let i = 0; i < k; i++) {
+    await tprpc.distributed.recv(t, 0);
+    await tprpc.distributed.send(t, 0);
+  }
+  return k;
+}
+
+/** Counts this process's shm sends of at least 64 KiB: landed in a peer's block, or not. */
+function countSends(): { landed: number; other: number; restore: () => void } {
+  const proto = TaggedChannel.prototype;
+  const send = proto.send;
+  const out = { landed: 0, other: 0, restore: () => void (proto.send = send) };
+  proto.send = function (this: TaggedChannel, b: ChannelBuffer) {
+    const s = send.call(this, b);
+    if (b.kind === "cpu" && b.bytes.byteLength >= 64 << 10) {
+      if (s.descriptor[0] === LANDED) out.landed++;
+      else out.other++;
+    }
+    return s;
+  };
+  return out;
+}
+
+describe.skipIf(skip !== null)("shm landing blocks through tprpc.distributed", () => {
+  // NB: an 8 MiB budget: eight 1 MiB blocks per direction, fewer than the round trips below
+  useRpcGroup({ TPRPC_CHANNELS: "shm", TPRPC_SHM_LANDING_BYTES: String(8 * 2 ** 20) });
+
+  it.each([
+    ["a whole tensor", false],
+    ["a strided view", true],
+  ])(
+    "each receive gives its landing block back at once (no GC): 40 round trips of 1 MiB into %s all land, data intact",
+    async (_what, view) => {
+      const K = 40;
+      const x = zeros([512, 512]);
+      const xs = x.typedArray() as Float32Array;
+      const into = view ? zeros([512, 520]).narrow(1, 4, 512) : zeros([512, 512]);
+      const own = into.storage.data;
+      const seen: ArrayBufferView[] = [];
+      const echo = rpc.rpcAsync("worker1", p2pEcho, [K, view]);
+      const sends = countSends();
+      try {
+        for (let i = 1; i <= K; i++) {
+          xs.fill(i);
+          xs[1000] = -i;
+          await distributed.send(x, 1);
+          await distributed.recv(into, 1);
+          const got = into.contiguous().typedArray() as Float32Array;
+          expect([got[0], got[1000], got[got.length - 1]], `round trip ${i}`).toEqual([i, -i, i]);
+          if (!seen.includes(into.storage.data)) seen.push(into.storage.data);
+        }
+      } finally {
+        sends.restore();
+      }
+      expect(await echo).toBe(K);
+      // blocks come as the peer sees a first (ring) transfer of the size; after that every send lands,
+      // since each receive gives its block back before the next send needs one
+      expect(sends.landed, `landed ${sends.landed}, other ${sends.other}`).toBeGreaterThanOrEqual(K - 3);
+      if (view) {
+        // copied into: the view's storage is the one it had
+        expect(seen).toEqual([own]);
+      } else {
+        // adopted: the storage took each landed block, and gave back the one before (detached, empty)
+        const adopted = seen.filter((a) => a !== own);
+        expect(adopted.length).toBeGreaterThanOrEqual(K - 3);
+        expect(adopted.slice(0, -1).every((a) => a.byteLength === 0)).toBe(true);
+        expect(into.storage.data.byteLength).toBe(512 * 512 * 4);
+        expect(own.byteLength, "the tensor's own first array is the user's: never detached").toBe(512 * 512 * 4);
+      }
+    },
+    60_000,
+  );
 });

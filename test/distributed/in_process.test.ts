@@ -53,32 +53,81 @@ describe("point-to-point", () => {
     ]);
   });
 
-  it("a large receive into a whole contiguous storage adopts the received buffer; others copy", async () => {
+  it("a large receive writes into the tensor: a landed shm block is adopted and the one before given back; else copied in place", async () => {
     const n = 40_000; // 160 KB: from 64 KiB
     const whole = zeros([n]);
     const alias = whole.view([200, 200]); // same storage
-    const before = whole.storage.data;
-    const v0 = whole.storage.version;
+    const own = whole.storage.data;
     const part = zeros([n + 2]).narrow(0, 1, n);
     const partData = part.storage.data;
     const shared = zeros([n]);
     shared.shareMemory_();
-    await Promise.all([
-      as(1, () => dist.send(arange(n).float(), 0, { tag: 40 })),
-      as(1, () => dist.send(arange(n).float().mul(2), 0, { tag: 41 })),
-      as(1, () => dist.send(arange(n).float().mul(3), 0, { tag: 42 })),
-      as(0, () => dist.recv(whole, 1, { tag: 40 })),
-      as(0, () => dist.recv(part, 1, { tag: 41 })),
-      as(0, () => dist.recv(shared, 1, { tag: 42 })),
-    ]);
-    expect(whole.storage.data).not.toBe(before); // adopted
-    expect(whole.storage.version).toBeGreaterThan(v0);
-    expect(whole.sub(arange(n).float()).abs().max().item()).toBe(0);
-    expect(alias.flatten().sub(arange(n).float()).abs().max().item()).toBe(0); // views see it
+    const channel = (await as(1, () => tprpc.rpc.pipeInfo("w0"))).channels["cpu-cpu"];
+    const seen: ArrayBufferView[] = [];
+    // NB: the first message of a size goes through the ring (the receiver offers blocks after it)
+    for (let k = 1; k <= 4; k++) {
+      const v0 = whole.storage.version;
+      await Promise.all([
+        as(1, () => dist.send(arange(n).float().mul(k), 0, { tag: 40 })),
+        as(1, () =>
+          dist.send(
+            arange(n)
+              .float()
+              .mul(2 * k),
+            0,
+            { tag: 41 },
+          ),
+        ),
+        as(1, () =>
+          dist.send(
+            arange(n)
+              .float()
+              .mul(3 * k),
+            0,
+            { tag: 42 },
+          ),
+        ),
+        as(0, () => dist.recv(whole, 1, { tag: 40 })),
+        as(0, () => dist.recv(part, 1, { tag: 41 })),
+        as(0, () => dist.recv(shared, 1, { tag: 42 })),
+      ]);
+      expect(whole.storage.version).toBeGreaterThan(v0);
+      expect(whole.sub(arange(n).float().mul(k)).abs().max().item()).toBe(0);
+      expect(alias.flatten().sub(arange(n).float().mul(k)).abs().max().item()).toBe(0); // views see it
+      expect(
+        part
+          .sub(
+            arange(n)
+              .float()
+              .mul(2 * k),
+          )
+          .abs()
+          .max()
+          .item(),
+      ).toBe(0);
+      expect(
+        shared
+          .sub(
+            arange(n)
+              .float()
+              .mul(3 * k),
+          )
+          .abs()
+          .max()
+          .item(),
+      ).toBe(0);
+      if (!seen.includes(whole.storage.data)) seen.push(whole.storage.data);
+    }
     expect(part.storage.data).toBe(partData); // a view of part of a storage: copied into
-    expect(part.sub(arange(n).float().mul(2)).abs().max().item()).toBe(0);
     expect(shared.isShared()).toBe(true); // shared memory stays shared
-    expect(shared.sub(arange(n).float().mul(3)).abs().max().item()).toBe(0);
+    expect(own.byteLength).toBe(n * 4); // the tensor's own memory is never detached
+    const adopted = seen.filter((a) => a !== own);
+    if (channel === "shm") {
+      expect(adopted.length).toBeGreaterThan(0);
+      // each adopted block went back (detached) when the next receive adopted another
+      expect(adopted.slice(0, -1).every((a) => a.byteLength === 0)).toBe(true);
+      expect(whole.storage.data.byteLength).toBe(n * 4);
+    } else expect(adopted).toEqual([]);
   });
 
   it("a message sent before its receive is held until the receive matches it", async () => {

@@ -1,9 +1,13 @@
 /**
  * The receive side's matching rules (sdk/distributed/mailbox.ts) without any network: posting order,
- * any source, held messages and their bound, the device check, and peers that leave.
+ * any source, held messages and their bound, the device check, and peers that leave; and the release
+ * of a received buffer once a copying receive consumed it (copiesOut, releaseReceived).
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { Mailbox, type Envelope, type PostedRecv } from "../../sdk/distributed/mailbox.js";
+import { Mailbox, type Envelope, type PostedRecv, releaseReceived } from "../../sdk/distributed/mailbox.js";
+import { loadNative } from "../../sdk/native/binding.js";
+import { Storage } from "../../sdk/tensor/storage.js";
+import { Tensor as TensorClass } from "../../sdk/tensor/tensor.js";
 import {
   DistributedError,
   RpcTimeoutError,
@@ -96,4 +100,42 @@ describe("Mailbox", () => {
     await expect(other).rejects.toBeInstanceOf(RpcTimeoutError);
     expect(m.waiting).toBe(0);
   });
+
+  it.skipIf(!loadNative())(
+    "a copying receive releases the received buffer once consumed (also after a mismatch); others keep it",
+    async () => {
+      const n = 32_768; // 128 KiB of float32, from 64 KiB
+      const big = (v: number) => zeros([n]).add(v);
+      const envN = (src: number, tag: string, shape = [n]): Envelope => ({ ...env(src, tag), shape });
+      const m = new Mailbox(0);
+      const into = zeros([n]);
+      const x = big(5);
+      const p = m.post({ ...recv(into, 1, "u:0"), copiesOut: true }, 0);
+      m.deliver(envN(1, "u:0"), x);
+      expect(await p).toBe(1);
+      expect(into.max().item()).toBe(5);
+      expect(x.storage.data.byteLength, "released: detached").toBe(0);
+      // a mismatch drops the message: released too
+      const y = big(6);
+      const bad = m.post({ ...recv(zeros([n + 1]), 1, "u:1"), copiesOut: true }, 0);
+      m.deliver(envN(1, "u:1"), y);
+      await expect(bad).rejects.toBeInstanceOf(TensorMismatchError);
+      expect(y.storage.data.byteLength).toBe(0);
+      // a receive that keeps the tensor (no copiesOut) leaves it alone
+      let kept: Tensor | null = null;
+      const k = m.post({ ...recv(into, 1, "u:2"), consume: (t) => void (kept = t) }, 0);
+      m.deliver(envN(1, "u:2"), big(7));
+      await k;
+      expect(kept!.max().item()).toBe(7);
+      // releaseReceived: only a large buffer the storage covers whole
+      expect(releaseReceived(zeros([16]))).toBe(false);
+      const window = zeros([2 * n]).narrow(0, n, n);
+      expect(releaseReceived(window)).toBe(true); // a narrowed view still covers its storage's whole buffer
+      // a storage over part of a larger buffer (an allocator's arena): never detached
+      const arena = new ArrayBuffer(8 * n);
+      const inArena = new TensorClass(new Storage(new Float32Array(arena, 4 * n, n), "float32"), [n], [1], 0);
+      expect(releaseReceived(inArena)).toBe(false);
+      expect(arena.byteLength).toBe(8 * n);
+    },
+  );
 });

@@ -70,6 +70,17 @@ async function everyOperation(n: number): Promise<Record<string, number>> {
   const into = tprpc.zeros([4, n / 4 + 3]).narrow(1, 2, n / 4);
   const [, from] = await Promise.all([d.send(sendT, next, { tag: 9 }), d.recv(into, prev, { tag: 9 })]);
   out["send/recv"] = err(into, inputOf(prev).reshape([-1, 4]).t()) + (from === prev ? 0 : 1);
+  // repeated receives into one whole tensor (over shm, landed ones are adopted and the block before given
+  // back; elsewhere copied in place) and into a strided view, each checked
+  const whole = tprpc.zeros([n]);
+  const strided = tprpc.zeros([n, 2]).narrow(1, 1, 1).reshape([n]);
+  let repeated = 0;
+  for (let k = 1; k <= 6; k++) {
+    const y = k % 2 ? whole : strided;
+    await Promise.all([d.send(inputOf(rank).mul(k), next, { tag: 10 }), d.recv(y, prev, { tag: 10 })]);
+    repeated = Math.max(repeated, err(y, inputOf(prev).mul(k)));
+  }
+  out["send/recv repeated"] = repeated;
   // broadcast from the last rank, allGather, reduceScatter, barrier
   const b = rank === world - 1 ? inputOf(7) : tprpc.zeros([n]);
   await d.broadcast(b, world - 1);

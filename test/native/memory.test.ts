@@ -114,6 +114,26 @@ describe.skipIf(skip !== null)("native memory", () => {
     expect(n.sharedMemory(new ArrayBuffer(8))).toBeNull();
   });
 
+  it("detachBuffer empties every view and hands a pool block back at Node's next immediate, no GC needed", async () => {
+    // NB: a size class no other test here allocates, so a collection freeing their garbage cannot interfere
+    const size = 5 * MiB + 4096;
+    const buf = n.alloc(size);
+    const at = n.addressOf(buf);
+    const view = new Float32Array(buf, 64, 16);
+    view.fill(1);
+    expect(n.detachBuffer(view)).toBe(true);
+    expect([buf.byteLength, view.length]).toEqual([0, 0]);
+    expect(n.detachBuffer(buf)).toBe(false); // already detached
+    await new Promise((r) => setImmediate(r));
+    // the block is back in the pool: the next allocation of its size class is that block
+    const reuses = (n.poolStats() as Stats).reuses;
+    const again = n.alloc(size);
+    expect((n.poolStats() as Stats).reuses).toBe(reuses + 1);
+    expect(n.addressOf(again)).toBe(at);
+    expect(n.detachBuffer(new Uint8Array(16))).toBe(true); // V8's own buffers detach too
+    expect(() => n.detachBuffer(42 as never)).toThrow(TypeError);
+  });
+
   it("rejects bad sizes with RangeError/TypeError, not NativeError", () => {
     expect(() => n.alloc(-1)).toThrow(RangeError);
     expect(() => n.alloc(1.5)).toThrow(RangeError);

@@ -13,7 +13,8 @@
  * native/src/channels/shm/landing.h): a buffer of 64 KiB to 64 MiB is copied at
  * once, on this thread, into a block the receiver offered us; the descriptor
  * names the block (LANDED) and `done` resolves at once. The receiver's pipe asks
- * `adoptBuffer` for it; a receiver that brings its own buffer gets a copy.
+ * `adoptBuffer` for it (listed in reusableBuffers: detaching it gives the block
+ * back at once); a receiver that brings its own buffer gets a copy.
  * Without a free block of a fitting size the transfer goes through the ring as in 1.
  * Shared storages (shm only, connections with `share`): a buffer of at least 64 KiB that lies in
  * a shared storage (Tensor.shareMemory_, or one received this way) goes as the storage's file,
@@ -24,7 +25,7 @@
 import { ChannelNotViableError } from "../../errors/index.js";
 import { debug } from "../../util/index.js";
 import type { Channel, ChannelBuffer, ChannelSend } from "../interface.js";
-import type { DeviceRef } from "../interface.js";
+import { type DeviceRef, reusableBuffers } from "../interface.js";
 import {
   channelError,
   closedError,
@@ -168,6 +169,7 @@ export class TaggedChannel implements Channel {
     if (!d || d.length !== byteLength) return null;
     const ab = this.conn.adopt(d.block, d.length);
     this.adopted.set(ab, { kind: LANDED, id: d.block });
+    reusableBuffers.add(ab);
     return { kind: "cpu", bytes: new Uint8Array(ab, 0, d.length) };
   }
 
