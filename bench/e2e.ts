@@ -25,7 +25,8 @@
  * Flags: --quick (4 timed steps instead of 20, 1 timed FedAvg round instead of 5), --steps N,
  * --rounds N, --pushes N (A3C pushes per actor: 200, 30 with --quick), --micro K, --threads T, --no-torch,
  * --load N (N busy processes beside both sides, bench/load.ts), --gpt-only (only tprpc's pipelined GPT,
- * one line: a quick loop for hunting hangs in it, as issue 23's).
+ * one line: a quick loop for hunting hangs in it, as issue 23's), --timeline (every call of the profiled
+ * pipelined step on one time axis, all three processes).
  */
 import * as sdk from "../sdk/index.js";
 import {
@@ -45,6 +46,7 @@ import { FEDAVG_EXAMPLES, tprpcFedAvg } from "./e2e_fedavg.js";
 import { startLoad } from "./load.js";
 import { median, now, repoRoot } from "./rpc_common.js";
 import { spawnInGroup } from "./spawn_group.js";
+import os from "node:os";
 import path from "node:path";
 
 // NB: the name shipped code sees on the callee (as the notebook kernel preloads it)
@@ -109,6 +111,12 @@ interface Opts {
 
 interface Breakdown {
   stepMs: number;
+  /** The profiled step's records and garbage collections of all three processes, for --timeline. */
+  records: [string, sdk.rpc.CallRecord[]][];
+  gcs: [string, GcSpan[]][];
+  /** CPU time (user + system) per timed step of each process, and the master's wall time per step. */
+  cpu: { name: string; msPerStep: number }[];
+  wallMsPerStep: number;
   /** How long stage 1's and stage 2's forwards computed at once in the profiled step (rpc.profiler.overlapMs). */
   overlapMs: number;
   rows: {
@@ -125,19 +133,56 @@ interface Breakdown {
   }[];
 }
 
-/** Shipped to the workers: starts (true) or stops (false) their profiler; stopping returns their records. */
-const profileWorker = (on: boolean): sdk.rpc.CallRecord[] => {
+/** A garbage collection in one process, wall-clock ms (as the call records' times). */
+interface GcSpan {
+  kind: string;
+  start: number;
+  ms: number;
+}
+
+/**
+ * Shipped to the workers (and run here): starts (true) or stops (false) this process's profiler and its
+ * record of garbage collections; stopping returns the call records and the collections.
+ */
+const profileWorker = (on: boolean): { records: sdk.rpc.CallRecord[]; gcs: GcSpan[] } => {
+  // NB: through globalThis, so that shipping sends the name, not node's class
+  const g = globalThis as unknown as {
+    __benchGc?: { obs: { disconnect(): void }; gcs: GcSpan[] };
+    PerformanceObserver: typeof import("node:perf_hooks").PerformanceObserver;
+  };
   if (on) {
     tprpc.rpc.profiler.clear();
     tprpc.rpc.profiler.enable();
-    return [];
+    const gcs: GcSpan[] = [];
+    const kinds: Record<number, string> = { 1: "scavenge", 2: "mark-compact", 4: "incremental", 8: "weak cb" };
+    const obs = new g.PerformanceObserver((list) => {
+      for (const e of list.getEntries()) {
+        const kind = (e as unknown as { detail?: { kind?: number } }).detail?.kind ?? 0;
+        gcs.push({ kind: kinds[kind] ?? String(kind), start: performance.timeOrigin + e.startTime, ms: e.duration });
+      }
+    });
+    obs.observe({ entryTypes: ["gc"] });
+    g.__benchGc = { obs, gcs };
+    return { records: [], gcs: [] };
   }
   tprpc.rpc.profiler.disable();
-  return tprpc.rpc.profiler.records();
+  const gc = g.__benchGc;
+  gc?.obs.disconnect();
+  delete g.__benchGc;
+  return { records: tprpc.rpc.profiler.records(), gcs: gc?.gcs ?? [] };
+};
+
+/** Shipped to the workers (and run here): this process's CPU time so far, ms (user + system). */
+const cpuMs = (): number => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1e3;
 };
 
 /** The profiled step's rows (per caller, callee and target) and its forward overlap. */
-function breakdown(stepMs: number, byCaller: [string, sdk.rpc.CallRecord[]][]): Breakdown {
+function breakdown(
+  stepMs: number,
+  byCaller: [string, sdk.rpc.CallRecord[]][],
+): Omit<Breakdown, "cpu" | "wallMsPerStep" | "records" | "gcs"> {
   const rows = new Map<string, Breakdown["rows"][number]>();
   for (const [caller, records] of byCaller)
     for (const r of records) {
@@ -177,6 +222,33 @@ function breakdown(stepMs: number, byCaller: [string, sdk.rpc.CallRecord[]][]): 
   return { stepMs, overlapMs: rpc.profiler.overlapMs(s1, s2), rows: [...rows.values()] };
 }
 
+/** When the profiled step began (wall-clock ms, as the records' times). */
+let stepStart = 0;
+
+/** --timeline: every call of the profiled step on one time axis, ms from the step's start. */
+function timeline(bd: Breakdown): string[] {
+  const at = (t: number | null): string => (t === null ? "-" : (t - stepStart).toFixed(1)).padStart(7);
+  const rows = [
+    ...bd.records.flatMap(([caller, rs]) =>
+      rs.map((r) => ({
+        t: r.queuedAt,
+        line: `  ${caller.padEnd(8)} -> ${r.peer.padEnd(8)} ${r.target.slice(0, 22).padEnd(22)} ${at(r.queuedAt)} ${at(r.sentAt)} ${at(r.calleeStart)} ${at(r.calleeEnd)} ${at(r.replyAt)}`,
+      })),
+    ),
+    ...bd.gcs.flatMap(([who, gs]) =>
+      gs.map((g) => ({
+        t: g.start,
+        line: `  ${who.padEnd(8)}    GC ${g.kind.padEnd(21)} ${at(g.start)} for ${g.ms.toFixed(1)} ms`,
+      })),
+    ),
+  ];
+  rows.sort((a, b) => a.t - b.t);
+  return [
+    "  timeline of the profiled step (ms from its start): queued  sent  callee start  callee end  reply; and each process's GCs",
+    ...rows.map((r) => r.line),
+  ];
+}
+
 /** tprpc's pipelined GPT: median ms per step, the last loss, and one profiled step's breakdown. */
 async function tprpcPipeline(o: Opts): Promise<{ ms: number; loss: number; breakdown: Breakdown }> {
   const cluster = await startLocalWorkers({ workers: 2 });
@@ -205,23 +277,39 @@ async function tprpcPipeline(o: Opts): Promise<{ ms: number; loss: number; break
     for (let i = 0; i < 2; i++) await step();
     const times: number[] = [];
     let loss = 0;
+    const names = ["master", "worker1", "worker2"];
+    const cpuNow = () => Promise.all(names.map((n) => (n === "master" ? cpuMs() : rpc.rpcSync<number>(n, cpuMs))));
+    const cpu0 = await cpuNow();
+    const wall0 = now();
     for (let i = 0; i < o.steps; i++) {
       const t0 = now();
       loss = await step();
       times.push(now() - t0);
     }
+    const wallMsPerStep = ((now() - wall0) * 1e3) / o.steps;
+    const cpu1 = await cpuNow();
+    const cpu = names.map((name, i) => ({ name, msPerStep: (cpu1[i]! - cpu0[i]!) / o.steps }));
     for (const w of ["worker1", "worker2"]) await rpc.rpcSync(w, profileWorker, [true]);
-    rpc.profiler.clear();
-    rpc.profiler.enable();
+    profileWorker(true);
     const t0 = now();
+    stepStart = performance.timeOrigin + performance.now();
     await step();
     const stepMs = (now() - t0) * 1e3;
-    rpc.profiler.disable();
-    const byCaller: [string, sdk.rpc.CallRecord[]][] = [["master", rpc.profiler.records()]];
-    for (const w of ["worker1", "worker2"]) byCaller.push([w, await rpc.rpcSync(w, profileWorker, [false])]);
+    const mine = profileWorker(false);
+    const byCaller: [string, sdk.rpc.CallRecord[]][] = [["master", mine.records]];
+    const gcs: [string, GcSpan[]][] = [["master", mine.gcs]];
+    for (const w of ["worker1", "worker2"]) {
+      const theirs = await rpc.rpcSync(w, profileWorker, [false]);
+      byCaller.push([w, theirs.records]);
+      gcs.push([w, theirs.gcs]);
+    }
     rpc.profiler.clear();
     await rpc.shutdown({ timeoutMs: 10_000 });
-    return { ms: median(times) * 1e3, loss, breakdown: breakdown(stepMs, byCaller) };
+    return {
+      ms: median(times) * 1e3,
+      loss,
+      breakdown: { ...breakdown(stepMs, byCaller), cpu, wallMsPerStep, records: byCaller, gcs },
+    };
   } finally {
     await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
     await cluster.close();
@@ -302,6 +390,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
       process.stdout.write(
         `pipelined GPT, tprpc: ${ours.ms.toFixed(1)} ms/step  ${fmtTok(ours.ms)}  (loss ${ours.loss.toFixed(4)})\n`,
       );
+      if (argv.includes("--timeline")) process.stdout.write(`${timeline(ours.breakdown).join("\n")}\n`);
       return;
     }
     process.stderr.write("[bench --e2e] pipelined GPT: unsplit ...\n");
@@ -350,6 +439,9 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   out.push("");
   const bd = ours.breakdown;
   out.push(
+    `  CPU per timed step (user + system; ${bd.wallMsPerStep.toFixed(1)} ms of wall per step, ${os.availableParallelism()} cores): ${bd.cpu.map((c) => `${c.name} ${c.msPerStep.toFixed(1)} ms`).join(", ")}; unsplit's whole step ${alone.toFixed(1)} ms`,
+  );
+  out.push(
     `  one profiled tprpc step (${bd.stepMs.toFixed(1)} ms; stage 1 and stage 2 forwards overlapped ${bd.overlapMs.toFixed(1)} ms), rpc.profiler on all three processes:`,
   );
   out.push("  caller   -> callee   target                         calls  run ms  before ms  after ms");
@@ -366,6 +458,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   out.push(
     "   after: finished on the callee -> reply here (reply serialization and transfer, the callee's thread busy elsewhere))",
   );
+  if (argv.includes("--timeline")) out.push(...timeline(bd));
   out.push("");
   out.push(
     `FedAvg (notebook 03: 3 clients behind remote(), ${FEDAVG_EXAMPLES.toLocaleString("en-US")} examples each, 1 epoch of SGD per round, MLP 784-200-200-10), median of ${rounds} round(s)`,
