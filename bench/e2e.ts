@@ -23,7 +23,8 @@
  *    two stages' forwards overlapped (rpc.profiler.overlapMs, as notebook 04 counts it).
  *
  * Flags: --quick (4 timed steps instead of 20, 1 timed FedAvg round instead of 5), --steps N,
- * --rounds N, --pushes N (A3C pushes per actor: 200, 30 with --quick), --micro K, --threads T, --no-torch,
+ * --rounds N, --pushes N (A3C pushes per actor: 200, 30 with --quick), --a3c-warmup N (A3C warm-up pushes
+ * per actor before the timed ones: 1,000, 100 with --quick), --micro K, --threads T, --no-torch,
  * --load N (N busy processes beside both sides, bench/load.ts), --gpt-only (only tprpc's pipelined GPT,
  * one line: a quick loop for hunting hangs in it, as issue 23's), --timeline (every call of the profiled
  * pipelined step on one time axis, all three processes).
@@ -385,7 +386,11 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   let fedavg: number;
   let torchFedavg: ReturnType<typeof torchTwin>;
   const pushes = num("--pushes", quick ? 30 : 200);
-  let a3c: number;
+  // NB: tprpc's A3C rate was still rising after hundreds of pushes (V8 optimizing the SDK's code: 6.3k env
+  // steps/s after 5 warm-up pushes, 13.0k after 300, 16.9k after 1,000) where PyTorch's was flat (12.4k,
+  // 12.3k, 11.7k): both sides warm up alike, and both cold rates are printed too
+  const a3cWarmup = num("--a3c-warmup", quick ? 100 : 1000);
+  let a3c: Awaited<ReturnType<typeof tprpcA3c>>;
   let torchA3c: ReturnType<typeof torchTwin>;
   try {
     process.stderr.write("[bench --e2e] pipelined GPT: tprpc ...\n");
@@ -413,9 +418,9 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
       ? "skipped (--no-torch)"
       : torchTwin("torch_fedavg.py", fedArgs, /fedavg: ([\d.]+) s\/round/, bound);
     process.stderr.write("[bench --e2e] A3C: tprpc ...\n");
-    a3c = await tprpcA3c(pushes, o.threads);
+    a3c = await tprpcA3c(pushes, o.threads, a3cWarmup);
     process.stderr.write("[bench --e2e] A3C: PyTorch RPC ...\n");
-    const a3cArgs = ["--pushes", `${pushes}`, "--threads", `${o.threads}`];
+    const a3cArgs = ["--pushes", `${pushes}`, "--warmup", `${a3cWarmup}`, "--threads", `${o.threads}`];
     torchA3c = noTorch
       ? "skipped (--no-torch)"
       : torchTwin("torch_a3c.py", a3cArgs, /a3c: ([\d.]+) env steps\/s/, bound);
@@ -477,16 +482,18 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   );
   out.push("");
   out.push(
-    `A3C actors (notebook 02: 3 actors on 3 workers, global net behind an RRef on the master, ${pushes} pushes of <= 20 CartPole steps per actor)`,
+    `A3C actors (notebook 02: 3 actors on 3 workers, global net behind an RRef on the master, ${pushes} pushes of <= 20 CartPole steps per actor after ${a3cWarmup} warm-up pushes)`,
   );
-  out.push(`  tprpc        ${Math.round(a3c).toLocaleString("en-US")} env steps/s`);
+  const torchCold = typeof torchA3c === "string" ? null : /cold[^:]*: ([\d.]+) env steps\/s/.exec(torchA3c.header);
+  const steps = (r: number): string => `${Math.round(r).toLocaleString("en-US")} env steps/s`;
+  out.push(`  tprpc        ${steps(a3c.rate)}  (cold, the warm-up pushes: ${steps(a3c.coldRate)})`);
   out.push(
     typeof torchA3c === "string"
       ? `  PyTorch RPC  unavailable — ${torchA3c}`
-      : `  PyTorch RPC  ${Math.round(torchA3c.value).toLocaleString("en-US")} env steps/s`,
+      : `  PyTorch RPC  ${steps(torchA3c.value)}  (cold: ${torchCold ? steps(Number(torchCold[1])) : "-"})`,
   );
   out.push(
-    `  ratio (> 1: tprpc faster): ${typeof torchA3c === "string" ? "-" : (a3c / torchA3c.value).toFixed(2) + "x"}`,
+    `  ratio (> 1: tprpc faster): ${typeof torchA3c === "string" ? "-" : (a3c.rate / torchA3c.value).toFixed(2) + "x"}; cold ${torchCold ? (a3c.coldRate / Number(torchCold[1])).toFixed(2) + "x" : "-"}`,
   );
   out.push("");
   out.push(`e2e time ${(now() - wall).toFixed(1)} s`);

@@ -8,7 +8,8 @@
  * (Gym's CartPole-v1 equations, a seeded LCG for resets), compute the n-step A3C loss (gamma 0.99,
  * entropy 0.01), backward, and push the gradients with rpcSync().push(), which steps Adam and
  * returns the new weights. Unlike the notebook, every actor stops after a fixed number of pushes
- * (--updates, per actor), so both sides do the same work; env steps/s = all actors' steps / wall time.
+ * (--pushes, per actor, after --a3c-warmup warm-up pushes), so both sides do the same work; env steps/s =
+ * all actors' steps / wall time, for the timed pushes (steady state) and for the warm-up ones (cold).
  */
 import * as sdk from "../sdk/index.js";
 import { manualSeed, nn, optim, rpc, type Tensor } from "../sdk/index.js";
@@ -151,8 +152,16 @@ async function actor(
   return steps;
 }
 
-/** Environment steps per second of the A3C actors with tprpc (`pushes` per actor, after 5 warm-up pushes each). */
-export async function tprpcA3c(pushes: number, threads: number): Promise<number> {
+/**
+ * Environment steps per second of the A3C actors with tprpc: `rate` over `pushes` per actor after `warmup`
+ * warm-up pushes each (steady state), and `coldRate` over the warm-up pushes themselves (code shipping and
+ * V8's JIT warming up: at 5 warm-up pushes the timed rate was half the steady one).
+ */
+export async function tprpcA3c(
+  pushes: number,
+  threads: number,
+  warmup: number,
+): Promise<{ rate: number; coldRate: number }> {
   const cluster = await startLocalWorkers({ workers: ACTORS });
   try {
     await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 600_000, initTimeoutMs: 30_000 });
@@ -166,12 +175,15 @@ export async function tprpcA3c(pushes: number, threads: number): Promise<number>
           rpc.rpcAsync<number>(`worker${i + 1}`, actor, [ref, 100 + i, n, threads], { timeoutMs: 0 }),
         ),
       );
-    await run(5); // warm-up: shipping, JIT
-    const t0 = now();
-    const steps = (await run(pushes)).reduce((a, b) => a + b, 0);
-    const rate = steps / (now() - t0);
+    const rateOf = async (n: number): Promise<number> => {
+      const t0 = now();
+      const steps = (await run(n)).reduce((a, b) => a + b, 0);
+      return steps / (now() - t0);
+    };
+    const coldRate = await rateOf(warmup);
+    const rate = await rateOf(pushes);
     await rpc.shutdown({ timeoutMs: 10_000 });
-    return rate;
+    return { rate, coldRate };
   } finally {
     await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
     await cluster.close();

@@ -3,7 +3,8 @@
 # each loop: copy the global weights, play up to 20 CartPole-v1 steps (the same equations and seeded LCG resets),
 # compute the n-step A3C loss (gamma 0.99, entropy 0.01), backward, and push the gradients with
 # server_rref.rpc_sync().push(), which steps Adam (under a lock: RPC serves calls on a thread pool) and returns the new
-# weights. Every actor stops after --pushes pushes, after 5 warm-up pushes each. Prints "a3c: <steps/s> env steps/s".
+# weights. Every actor stops after --pushes pushes, after --warmup (default 5) warm-up pushes each. Prints
+# "a3c: <steps/s> env steps/s" for the timed pushes, and the warm-up pushes' rate in its "# " header line.
 #   /usr/bin/python3 bench/reference/torch_a3c.py [--pushes 200] [--threads 1]
 # The master (rank 0, TCPStore host) starts ranks 1-3 as children; run it in a process group of its own.
 import argparse, math, sys, threading, time
@@ -129,18 +130,20 @@ def run_master(args):
                 for i in range(ACTORS)]
         return sum(f.wait() for f in futs)
 
-    run(5)
+    t0 = time.perf_counter()
+    cold = run(args.warmup) / (time.perf_counter() - t0)
     t0 = time.perf_counter()
     steps = run(args.pushes)
     rate = steps / (time.perf_counter() - t0)
-    print(f"# torch {torch.__version__}, {args.threads} thread(s) per process, {ACTORS} actors x {args.pushes} pushes",
-          flush=True)
+    print(f"# torch {torch.__version__}, {args.threads} thread(s) per process, {ACTORS} actors x {args.pushes} pushes "
+          f"after {args.warmup} warm-up pushes; cold (the warm-up pushes): {cold:.1f} env steps/s", flush=True)
     print(f"a3c: {rate:.1f} env steps/s", flush=True)
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--pushes", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
