@@ -23,8 +23,9 @@
  *    two stages' forwards overlapped (rpc.profiler.overlapMs, as notebook 04 counts it).
  *
  * Flags: --quick (4 timed steps instead of 20, 1 timed FedAvg round instead of 5), --steps N,
- * --rounds N, --pushes N (A3C pushes per actor: 200, 30 with --quick), --a3c-warmup N (A3C warm-up pushes
- * per actor before the timed ones: 1,000, 100 with --quick), --micro K, --threads T, --no-torch,
+ * --warmup N (untimed GPT steps first on every side: 20, 5 with --quick), --rounds N, --pushes N (A3C
+ * pushes per actor: 200, 30 with --quick), --a3c-warmup N (A3C warm-up pushes per actor before the timed
+ * ones: 1,000, 100 with --quick), --micro K, --threads T, --no-torch,
  * --load N (N busy processes beside both sides, bench/load.ts), --gpt-only (only tprpc's pipelined GPT,
  * one line: a quick loop for hunting hangs in it, as issue 23's), --timeline (every call of the profiled
  * pipelined step on one time axis, all three processes).
@@ -106,6 +107,8 @@ class Stage2 extends tprpc.nn.Module {
 
 interface Opts {
   steps: number;
+  /** Untimed steps first, on every side (V8 optimizes the SDK's code over the first tens of steps). */
+  warmup: number;
   micro: number;
   threads: number;
 }
@@ -279,7 +282,7 @@ async function tprpcPipeline(o: Opts): Promise<{ ms: number; loss: number; break
         return loss.item() as number;
       });
     };
-    for (let i = 0; i < 2; i++) await step();
+    for (let i = 0; i < o.warmup; i++) await step();
     const times: number[] = [];
     let loss = 0;
     const names = ["master", "worker1", "worker2"];
@@ -336,7 +339,7 @@ function unsplit(o: Opts): number {
     loss!.backward();
     opt.step();
   };
-  for (let i = 0; i < 2; i++) step();
+  for (let i = 0; i < o.warmup; i++) step();
   const times: number[] = [];
   for (let i = 0; i < o.steps; i++) {
     const t0 = now();
@@ -373,7 +376,12 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
     return i >= 0 ? Number(argv[i + 1]) : dflt;
   };
   const quick = argv.includes("--quick");
-  const o: Opts = { steps: num("--steps", quick ? 4 : 20), micro: num("--micro", 4), threads: num("--threads", 1) };
+  const o: Opts = {
+    steps: num("--steps", quick ? 4 : 20),
+    warmup: num("--warmup", quick ? 5 : 20),
+    micro: num("--micro", 4),
+    threads: num("--threads", 1),
+  };
   const loadN = num("--load", 0);
   const load = await startLoad(loadN);
   const wall = now();
@@ -406,7 +414,16 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
     process.stderr.write("[bench --e2e] pipelined GPT: unsplit ...\n");
     alone = unsplit(o);
     process.stderr.write("[bench --e2e] pipelined GPT: PyTorch RPC ...\n");
-    const gptArgs = ["--steps", `${o.steps}`, "--micro", `${o.micro}`, "--threads", `${o.threads}`];
+    const gptArgs = [
+      "--steps",
+      `${o.steps}`,
+      "--warmup",
+      `${o.warmup}`,
+      "--micro",
+      `${o.micro}`,
+      "--threads",
+      `${o.threads}`,
+    ];
     torch = noTorch
       ? "skipped (--no-torch)"
       : torchTwin("torch_gpt_pipeline.py", gptArgs, /pipeline gpt: ([\d.]+) ms\/step/, bound);
@@ -431,7 +448,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   out.push("tprpc bench --e2e: whole workloads, tprpc vs PyTorch RPC, measured in this run");
   out.push(
     `${loadN ? `under load: ${loadN} busy process(es) beside both sides` : "no load added"}; ` +
-      `${o.threads} thread(s) per process; ${o.steps} timed steps after 2 warm-up${quick ? " (--quick)" : ""}`,
+      `${o.threads} thread(s) per process; ${o.steps} timed steps after ${o.warmup} warm-up${quick ? " (--quick)" : ""}`,
   );
   if (typeof torch !== "string") out.push(`PyTorch RPC: ${torch.header}`);
   out.push("");
