@@ -193,12 +193,14 @@ function landingOf(t: Tensor): Uint8Array | null {
  * whose tensor covers that buffer in order lands in the tensor of the receive it matches, when the
  * mailbox reserves one (./mailbox.ts, rule 7). Anything else lands in fresh memory, as before.
  */
-function destinationOf(rrefs: object, payload: unknown, index: number, entries: readonly FrameEntry[]) {
+function destinationOf(rrefs: object, peek: () => unknown, index: number, entries: readonly FrameEntry[]) {
   const p2p = byRRefs.get(rrefs);
   if (!p2p || p2p.mailbox.waiting === 0 || index !== 0 || entries.length !== 1) return null;
   const e = entries[0]!;
-  if (e.target.type !== "cpu" || e.byteLength < LAND_MIN_BYTES || payload === null || typeof payload !== "object")
-    return null;
+  if (e.target.type !== "cpu" || e.byteLength < LAND_MIN_BYTES) return null;
+  // NB: decoded only here, past the cheap checks (a small message never pays for the look)
+  const payload = peek();
+  if (payload === null || typeof payload !== "object") return null;
   const { env, t } = payload as { env?: Envelope; t?: TensorPeek };
   if (!t || t.peekedTensor !== true || t.strided || t.index !== 0 || !validEnvelope(env)) return null;
   const into = p2p.mailbox.reserve(env, e.byteLength);

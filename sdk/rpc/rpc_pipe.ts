@@ -64,12 +64,13 @@ export type RpcMessageHandler = (
 
 /**
  * @internal tprpc.distributed's choice of where a point-to-point message's buffer lands (the pipe's
- * onDestination): `payload` is the message's payload as peekControl decodes it (tensors as TensorPeek),
- * `rrefs` tells whose agent receives. Null: fresh memory. Runs synchronously, before the bytes arrive.
+ * onDestination): `peek()` decodes the message's payload from its control bytes (peekControl: tensors
+ * as TensorPeek; null when malformed), `rrefs` tells whose agent receives. Null: fresh memory. Runs
+ * synchronously, before the bytes arrive.
  */
 export type P2PDestination = (
   rrefs: RRefContext,
-  payload: unknown,
+  peek: () => unknown,
   index: number,
   entries: readonly FrameEntry[],
 ) => ChannelBuffer | null;
@@ -101,13 +102,14 @@ export class RpcPipe {
     pipe.onClose((e) => onClose(this, e));
     pipe.onDestination((control, index, entries) => {
       if (!p2pDestination || control[TYPE_BYTE] !== MessageType.P2P_MESSAGE) return null;
-      let payload: unknown;
-      try {
-        payload = peekControl(control).payload;
-      } catch {
-        return null; // NB: the full decode at delivery reports it (and the pipe closes)
-      }
-      return p2pDestination(rrefs, payload, index, entries);
+      const peek = () => {
+        try {
+          return peekControl(control).payload;
+        } catch {
+          return null; // NB: the full decode at delivery reports it (and the pipe closes)
+        }
+      };
+      return p2pDestination(rrefs, peek, index, entries);
     });
   }
 
