@@ -8,7 +8,8 @@
  *    skipped where not viable): this process (rank 0) and one worker; rank 0 sends a float32 tensor and
  *    receives it back (the worker runs a shipped recv-then-send loop). Beside it, rpcSync identity round
  *    trips of a tensor of the same size on the same pipe, and p2p round trips receiving into a view of part
- *    of a storage (copied into; a receive into a whole storage adopts the received buffer). The three kinds
+ *    of a storage (over cma and tcp its bytes land in the view when the receive is posted first, as in a
+ *    whole tensor; over shm a landed block is copied into the view, while a whole storage adopts it). The three kinds
  *    alternate call by call; each figure is the median of single calls: the acceptance is p2p no slower
  *    than rpcSync at 4 MB. Beside it, the GC time rank 0 spent inside the calls of each kind
  *    (PerformanceObserver "gc"), per round trip: on a loaded machine it is the term that moves most.
@@ -162,7 +163,8 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, P2P
       const echo = rpc.rpcAsync("worker1", echoLoop, [n, 2 * (warm + trials * batch)]);
       const t = sdk.ones([n / 4]);
       const x = sdk.ones([n / 4]);
-      // a view of part of a storage: a receive into it copies (into t, a whole storage, it adopts)
+      // a view of part of a storage: over shm a receive into it copies a landed block (into t, a whole
+      // storage, it adopts); over cma and tcp the bytes land in either (sdk/distributed/mailbox.ts rule 7)
       const c = sdk.ones([n / 4 + 1]).narrow(0, 0, n / 4);
       const roundTrip = async (y: Tensor) => {
         await sdk.distributed.send(y, 1);
@@ -318,8 +320,8 @@ export async function collectivesBench(quick: boolean): Promise<void> {
     const { p2p: p, rpc: r, copy, gc } = p2p.get(c)!.get(4_000_000)!;
     console.log(
       `  send/recv 4 MB over ${c}: rpcSync / p2p round trip ${ratio(r / p)} (goal >= 1x) ${r / p >= 1 ? "MET" : "NOT MET"}` +
-        ` (p2p receiving into a view, copied: ${ratio(r / copy)}; rank 0 GC per round trip in p2p / rpcSync / ` +
-        `p2p-copy calls ${gc.map((x) => x.toFixed(2)).join(" / ")} ms)`,
+        ` (p2p receiving into a view of part of a storage: ${ratio(r / copy)}; rank 0 GC per round trip in p2p / rpcSync / ` +
+        `p2p-view calls ${gc.map((x) => x.toFixed(2)).join(" / ")} ms)`,
     );
   }
   console.log("");

@@ -24,12 +24,23 @@
  *    to the sender at once, a channel's receive buffer to its allocator,
  *    instead of waiting for a garbage collection. A user's receive does the same
  *    in ./p2p.ts (receiveInto), which may adopt the buffer instead.
+ * 7. Matching at the header (reserve): when a message's header arrives (the
+ *    pipe's destination hook, before its bytes) and the receive it matches
+ *    names a contiguous tensor of the message's size (a user's recv/irecv),
+ *    the match happens then and the channel writes the bytes straight into
+ *    that tensor: no fresh buffer and no copy (issue #18). deliver finds the
+ *    reservation by the bytes the tensor landed in. The pipe asks only while
+ *    every earlier message from that sender was delivered, so rule 3 holds.
+ *    A reserved receive that times out before its bytes are in fails, and
+ *    its message is dropped when it comes (the tensor's bytes are then
+ *    unspecified, as after any failed receive).
  */
 import { DistributedError, RpcTimeoutError, TensorMismatchError } from "../errors/index.js";
 import { loadNative } from "../native/binding.js";
 import { itemSize } from "../tensor/dtype.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { LongTimer } from "../rpc/timeouts.js";
+import { debug } from "../util/index.js";
 
 const native = loadNative();
 
@@ -81,12 +92,29 @@ export interface PostedRecv {
    * consume that keeps the tensor.
    */
   copiesOut?: boolean;
+  /**
+   * Where a message for this receive may land as its bytes arrive (the bytes of the tensor it fills,
+   * when that is one contiguous run of host memory), or null; see Mailbox.reserve.
+   */
+  landing?(): Uint8Array | null;
 }
 
 interface Posted extends PostedRecv {
   resolve(src: number): void;
   reject(e: Error): void;
   timer: LongTimer | null;
+  /** Set by reserve: the bytes its message is landing in, and its sender. */
+  landed?: Uint8Array;
+  landedFrom?: number;
+  /** A reserved receive that failed (timeout) before its message was in: that message is dropped. */
+  failed?: boolean;
+}
+
+/** Whether `t` is a tensor decoded over exactly the bytes `b` (a message that landed where reserve said). */
+function landedOn(b: Uint8Array, t: Tensor): boolean {
+  if (t.storage.device.type !== "cpu") return false;
+  const d = t.storage.data;
+  return d.buffer === b.buffer && d.byteOffset === b.byteOffset && d.byteLength === b.byteLength;
 }
 
 interface Held {
@@ -135,8 +163,12 @@ function checkFits(p: PostedRecv, env: Envelope, self: number): void {
 
 export class Mailbox {
   private readonly posted: Posted[] = [];
+  /** Receives matched to a message whose bytes are landing in their tensor (reserve), in match order. */
+  private readonly reserved: Posted[] = [];
   private readonly held: Held[] = [];
   private heldBytes = 0;
+  /** Messages matched at their header so far (reserve): their bytes landed in the receive's tensor. */
+  landed = 0;
 
   constructor(private readonly self: number) {}
 
@@ -145,13 +177,51 @@ export class Mailbox {
     return this.heldBytes;
   }
 
-  /** Number of receives waiting. */
+  /** Number of receives waiting (reserved ones included). */
   get waiting(): number {
-    return this.posted.length;
+    return this.posted.length + this.reserved.length;
+  }
+
+  /**
+   * The header of `env`'s message of `byteLength` bytes arrived, before its bytes (the pipe's destination
+   * hook, see ./p2p.ts): when the receive it matches (rule 2) gives a landing (PostedRecv.landing) of
+   * that length and accepts the message (shape, dtype, device), the match happens now: the receive
+   * leaves the posted ones, and its landing is returned for the bytes to arrive in. Null otherwise
+   * (nothing changes; deliver matches as always). The pipe asks only when every earlier message from
+   * that sender was delivered, so matching here keeps rule 3's order.
+   */
+  reserve(env: Envelope, byteLength: number): Uint8Array | null {
+    const i = this.posted.findIndex((p) => p.tag === env.tag && (p.src === null || p.src === env.src));
+    const p = this.posted[i];
+    if (!p?.landing) return null;
+    try {
+      checkFits(p, env, this.self);
+    } catch {
+      return null; // NB: deliver fails the receive with the mismatch, as without a reservation
+    }
+    const b = p.landing();
+    if (!b || b.byteLength !== byteLength) return null;
+    this.posted.splice(i, 1);
+    p.landed = b;
+    p.landedFrom = env.src;
+    this.reserved.push(p);
+    this.landed++;
+    return b;
   }
 
   /** A message arrived (./p2p.ts's handler); throws when it must be refused (the sender's op fails). */
   deliver(env: Envelope, tensor: Tensor): void {
+    const r = this.reserved.findIndex((p) => p.tag === env.tag && landedOn(p.landed!, tensor));
+    if (r >= 0) {
+      const p = this.reserved[r]!;
+      this.reserved.splice(r, 1);
+      if (p.failed) {
+        debug(1, "distributed", `${p.what} on rank ${this.self} failed before its message came in: dropped`);
+        return;
+      }
+      this.complete(p, env, tensor);
+      return;
+    }
     const i = this.posted.findIndex((p) => p.tag === env.tag && (p.src === null || p.src === env.src));
     if (i >= 0) {
       const p = this.posted[i]!;
@@ -191,7 +261,9 @@ export class Mailbox {
       const p: Posted = { ...r, resolve, reject, timer: null };
       if (timeoutMs > 0)
         p.timer = new LongTimer(timeoutMs, () => {
-          this.remove(p);
+          // NB: a reserved receive's message is landing in its tensor: it stays reserved to be dropped
+          if (p.landed) p.failed = true;
+          else this.remove(p);
           reject(
             new RpcTimeoutError(`${r.what} on rank ${this.self} got no message within ${timeoutMs} ms`, timeoutMs),
           );
@@ -207,13 +279,19 @@ export class Mailbox {
         this.remove(p);
         p.reject(error());
       }
+    for (const p of [...this.reserved])
+      if (p.src === rank || p.dependsOn?.has(rank) || (p.src === null && p.landedFrom === rank)) {
+        this.reserved.splice(this.reserved.indexOf(p), 1);
+        p.timer?.cancel();
+        if (!p.failed) p.reject(error());
+      }
   }
 
   /** Fails every waiting receive and drops held messages (shutdown). */
   close(error: Error): void {
-    for (const p of this.posted.splice(0)) {
+    for (const p of [...this.posted.splice(0), ...this.reserved.splice(0)]) {
       p.timer?.cancel();
-      p.reject(error);
+      if (!p.failed) p.reject(error);
     }
     this.held.length = 0;
     this.heldBytes = 0;

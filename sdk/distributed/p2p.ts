@@ -41,6 +41,9 @@ import { loadNative } from "../native/binding.js";
 import type { Agent } from "../rpc/agent.js";
 import { currentAgent } from "../rpc/api.js";
 import { setOneWayHandler } from "../rpc/serving.js";
+import { setP2PDestination } from "../rpc/rpc_pipe.js";
+import type { FrameEntry } from "../pipe/frame.js";
+import type { TensorPeek } from "../wire/index.js";
 import { LongTimer, checkTimeoutMs } from "../rpc/timeouts.js";
 import { Tensor } from "../tensor/tensor.js";
 import { debug } from "../util/index.js";
@@ -50,6 +53,8 @@ import { copyMessage } from "./reduce_op.js";
 const native = loadNative();
 
 const states = new WeakMap<Agent, P2P>();
+/** The same states by their agent's RRefContext (what the pipe's destination hook knows of its agent). */
+const byRRefs = new WeakMap<object, P2P>();
 
 /** A detached view of the same bytes (what travels; autograd metadata stays home). */
 function wireView(t: Tensor): Tensor {
@@ -65,6 +70,7 @@ export class P2P {
   private constructor(readonly agent: Agent) {
     this.rank = agent.workerInfo().id;
     this.mailbox = new Mailbox(this.rank);
+    byRRefs.set(agent.rrefs, this);
     agent.membership.onLeave((w) => {
       debug(1, "distributed", `rank ${w.id} (${w.name}) left: failing what waits on it`);
       this.gone.set(w.id, w.name);
@@ -152,7 +158,7 @@ export class P2P {
     return this.mailbox.post(r, timeoutMs);
   }
 
-  /** A receive that copies the message into `into` (any strides). */
+  /** A receive that copies the message into `into` (any strides), or has it land there (landingOf). */
   recvInto(into: Tensor, src: number | null, tag: string, what: string, timeoutMs: number): Promise<number> {
     return this.recv(
       {
@@ -162,10 +168,57 @@ export class P2P {
         consume: (t) => receiveInto(into, t),
         dependsOn: null,
         what,
+        landing: () => landingOf(into),
       },
       timeoutMs,
     );
   }
+}
+
+/** Messages smaller than this are copied: a fresh small buffer and its copy cost less than the look at the header. */
+const LAND_MIN_BYTES = 64 << 10;
+
+/** The bytes of `t` when they are one contiguous run of host memory (a whole tensor or a contiguous view). */
+function landingOf(t: Tensor): Uint8Array | null {
+  if (t.device.type !== "cpu" || t.storage.device.type !== "cpu" || !t.isContiguous()) return null;
+  const d = t.storage.data;
+  const size = d.BYTES_PER_ELEMENT;
+  const n = t.numel() * size;
+  if (n < LAND_MIN_BYTES) return null;
+  return new Uint8Array(d.buffer, d.byteOffset + t.offset * size, n);
+}
+
+/**
+ * The pipe's destination hook for a point-to-point message (sdk/rpc/rpc_pipe.ts): a one-buffer message
+ * whose tensor covers that buffer in order lands in the tensor of the receive it matches, when the
+ * mailbox reserves one (./mailbox.ts, rule 7). Anything else lands in fresh memory, as before.
+ */
+function destinationOf(rrefs: object, peek: () => unknown, index: number, entries: readonly FrameEntry[]) {
+  const p2p = byRRefs.get(rrefs);
+  if (!p2p || p2p.mailbox.waiting === 0 || index !== 0 || entries.length !== 1) return null;
+  const e = entries[0]!;
+  if (e.target.type !== "cpu" || e.byteLength < LAND_MIN_BYTES) return null;
+  // NB: decoded only here, past the cheap checks (a small message never pays for the look)
+  const payload = peek();
+  if (payload === null || typeof payload !== "object") return null;
+  const { env, t } = payload as { env?: Envelope; t?: TensorPeek };
+  if (!t || t.peekedTensor !== true || t.strided || t.index !== 0 || !validEnvelope(env)) return null;
+  const into = p2p.mailbox.reserve(env, e.byteLength);
+  return into ? { kind: "cpu" as const, bytes: into } : null;
+}
+
+function validEnvelope(env: unknown): env is Envelope {
+  const e = env as Envelope;
+  return (
+    e !== null &&
+    typeof e === "object" &&
+    Number.isInteger(e.src) &&
+    typeof e.tag === "string" &&
+    Array.isArray(e.shape) &&
+    e.shape.every((d) => Number.isInteger(d)) &&
+    typeof e.dtype === "string" &&
+    typeof e.device === "string"
+  );
 }
 
 /** Receives of at least this many bytes may adopt the received buffer instead of copying it. */
@@ -192,6 +245,11 @@ const adopted = new WeakSet<ArrayBufferLike>();
  */
 function receiveInto(into: Tensor, x: Tensor): void {
   const d = x.storage.device.type === "cpu" ? x.storage.data : null;
+  // NB: landed in place (the mailbox's reservation): the bytes are there; never release the user's memory
+  if (d !== null && x.offset === 0 && x.isContiguous() && sameBytes(d, into)) {
+    into.storage.version++;
+    return;
+  }
   const whole = (t: Tensor) =>
     t.device.type === "cpu" && t.offset === 0 && t.isContiguous() && t.numel() === t.storage.data.length;
   if (
@@ -216,22 +274,24 @@ function receiveInto(into: Tensor, x: Tensor): void {
   releaseReceived(x);
 }
 
+/** Whether `d` is exactly the bytes of contiguous CPU tensor `t`. */
+function sameBytes(d: ArrayBufferView, t: Tensor): boolean {
+  if (t.storage.device.type !== "cpu" || !t.isContiguous()) return false;
+  const o = t.storage.data;
+  return (
+    d.buffer === o.buffer &&
+    d.byteOffset === o.byteOffset + t.offset * o.BYTES_PER_ELEMENT &&
+    d.byteLength === t.numel() * o.BYTES_PER_ELEMENT
+  );
+}
+
 /** The receiver's end of every message (the pipe's serving code calls it in frame order; never throws). */
 function onMessage(agent: Agent, body: Record<string, unknown>): void {
   if (body === null || typeof body !== "object") return;
   const env = body.env as Envelope;
   const t = body.t;
   const mailbox = P2P.of(agent).mailbox;
-  const ok =
-    env !== null &&
-    typeof env === "object" &&
-    Number.isInteger(env.src) &&
-    typeof env.tag === "string" &&
-    Array.isArray(env.shape) &&
-    env.shape.every((d) => Number.isInteger(d)) &&
-    typeof env.dtype === "string" &&
-    typeof env.device === "string" &&
-    t instanceof Tensor;
+  const ok = validEnvelope(env) && t instanceof Tensor;
   if (!ok) {
     debug(1, "distributed", `dropping a malformed point-to-point message from ${String(body.from)}`);
     return;
@@ -246,3 +306,4 @@ function onMessage(agent: Agent, body: Record<string, unknown>): void {
 }
 
 setOneWayHandler(onMessage);
+setP2PDestination(destinationOf);

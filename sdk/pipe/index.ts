@@ -5,7 +5,14 @@
  */
 import "../channel/backends.js";
 
-export { Pipe, type PipeInfo, type PipeMessage, type PipeOptions, type ReceivedMessage } from "./pipe.js";
+export {
+  Pipe,
+  type DestinationHook,
+  type PipeInfo,
+  type PipeMessage,
+  type PipeOptions,
+  type ReceivedMessage,
+} from "./pipe.js";
 export { PIPE_TRANSITIONS, IllegalPipeTransitionError, type PipeState } from "./state.js";
 export { PIPE_VERSION, PipeVersionError } from "./frame.js";
 export { encodeHandshake, decodeHandshake } from "./handshake.js";

@@ -30,8 +30,9 @@
  * Sending a message: for each buffer, `channel.send` (in order), then one
  * MESSAGE frame [head + entries, descriptors, control] on the connection;
  * the send resolves once the frame was written and every buffer's `done`.
- * Receiving: for each entry, allocate the destination on its target device
- * and `channel.recv` it (in frame order, so each channel sees its sends'
+ * Receiving: for each entry, the destination on its target device (the
+ * channel's adoptBuffer, else the onDestination hook's, else fresh memory)
+ * and `channel.recv` into it (in frame order, so each channel sees its sends'
  * order); messages are delivered in frame order once all their buffers are in.
  */
 import { ChannelNotViableError, ProtocolError, WorkerUnavailableError } from "../errors/index.js";
@@ -51,7 +52,7 @@ import {
   bufferLength,
 } from "../channel/interface.js";
 import type { TransportConnection } from "../transport/interface.js";
-import { type Frame, FrameCutter, FrameKind, PipeVersionError, encodeFrameHead } from "./frame.js";
+import { type Frame, FrameCutter, type FrameEntry, FrameKind, PipeVersionError, encodeFrameHead } from "./frame.js";
 import {
   type Accept,
   type HandshakeBodies,
@@ -90,6 +91,16 @@ export interface ReceivedMessage {
   /** Bytes on the wire: frame, control and buffers. */
   bytes: number;
 }
+
+/**
+ * Chooses where entry `index` of an arriving message lands (see Pipe.onDestination): a buffer of exactly
+ * the entry's length on its target device, or null for the default (fresh memory).
+ */
+export type DestinationHook = (
+  control: Uint8Array,
+  index: number,
+  entries: readonly FrameEntry[],
+) => ChannelBuffer | null;
 
 /** What rpc.pipeInfo(peer) shows. */
 export interface PipeInfo {
@@ -158,6 +169,7 @@ export class Pipe {
   /** MESSAGE frames that came before the pipe opened, delivered in step 4. */
   private readonly framesBeforeOpen: Frame[] = [];
   private msgCb: ((m: ReceivedMessage) => void) | null = null;
+  private destCb: DestinationHook | null = null;
   private readonly closeCbs: ((e: Error | null) => void)[] = [];
   private deliveryChain: Promise<void> = Promise.resolve();
   private inFlight = 0;
@@ -262,6 +274,17 @@ export class Pipe {
   /** Receives every message, in order. One listener. */
   onMessage(cb: (m: ReceivedMessage) => void): void {
     this.msgCb = cb;
+  }
+
+  /**
+   * Where arriving buffers land, when the message's receiver already knows (tprpc.distributed: straight
+   * into the tensor a posted receive names, instead of fresh memory and a copy). One hook. The pipe asks
+   * it per entry the channel does not adopt (adoptBuffer wins: its bytes are already here) and only while
+   * every earlier message of this pipe was delivered, so a hook that matches messages against receives
+   * matches them in delivery order. Not asked under a custom allocator (PipeOptions.allocate).
+   */
+  onDestination(cb: DestinationHook): void {
+    this.destCb = cb;
   }
 
   /** Called once when the pipe closes: null after our own close(), else why. */
@@ -495,14 +518,17 @@ export class Pipe {
     const { allocate, allocateDevice } = this.opts;
     const alloc = (n: number, d: DeviceRef): ChannelBuffer =>
       (allocate ?? (d.type !== "cpu" && allocateDevice ? allocateDevice : defaultAllocate))(n, d);
-    for (const e of f.entries) {
+    // NB: only while nothing earlier waits for delivery (see onDestination)
+    const dest = allocate || this.inFlight > 0 ? null : this.destCb;
+    for (const [i, e] of f.entries.entries()) {
       const ch = this.channels[e.channel];
       if (!ch) throw new ProtocolError(`bad pipe frame: buffer on unknown channel ${e.channel}`);
       let into: ChannelBuffer;
       try {
         // NB: a custom allocator (opts.allocate) wins over the channel's own buffer
         into =
-          (this.opts.allocate ? null : ch.adoptBuffer?.(e.descriptor, e.byteLength, e.target)) ??
+          (allocate ? null : ch.adoptBuffer?.(e.descriptor, e.byteLength, e.target)) ??
+          this.destinationOf(dest, f, i) ??
           alloc(e.byteLength, e.target);
       } catch (err) {
         throw new ProtocolError(
@@ -526,6 +552,16 @@ export class Pipe {
         },
         (e: Error) => this.close(e),
       );
+  }
+
+  /** The hook's destination for entry i of `f`, checked: exactly the entry's length, on the CPU. */
+  private destinationOf(hook: DestinationHook | null, f: Frame, i: number): ChannelBuffer | null {
+    const b = hook?.(f.body, i, f.entries) ?? null;
+    if (b === null) return null;
+    const e = f.entries[i]!;
+    if (b.kind !== "cpu" || e.target.type !== "cpu" || b.bytes.byteLength !== e.byteLength)
+      throw new Error(`the destination hook gave a ${bufferLength(b)}-byte ${b.kind} buffer for ${e.byteLength} bytes`);
+    return b;
   }
 
   private deliver(m: ReceivedMessage): void {

@@ -20,6 +20,7 @@
 import type { ChannelBuffer, DeviceRef } from "../channel/interface.js";
 import { DeviceError } from "../errors/index.js";
 import type { Pipe } from "../pipe/index.js";
+import type { FrameEntry } from "../pipe/frame.js";
 import { deviceBackendFor } from "../tensor/backend/devices.js";
 import type { DeviceMemory } from "../tensor/backend/interface.js";
 import { Device, cpu } from "../tensor/device.js";
@@ -27,11 +28,12 @@ import {
   type BufferDescriptor,
   type DecodedMessage,
   DeviceKind,
-  type MessageType,
+  MessageType,
   type WireBuffer,
   decodeControl,
   encodeMessage,
   isDeviceWindow,
+  peekControl,
 } from "../wire/index.js";
 import type { DeviceMap } from "./device_map.js";
 import { routeOf } from "./device_map_hook.js";
@@ -60,6 +62,28 @@ export type RpcMessageHandler = (
   waits: Promise<unknown>[] | null,
 ) => void;
 
+/**
+ * @internal tprpc.distributed's choice of where a point-to-point message's buffer lands (the pipe's
+ * onDestination): `peek()` decodes the message's payload from its control bytes (peekControl: tensors
+ * as TensorPeek; null when malformed), `rrefs` tells whose agent receives. Null: fresh memory. Runs
+ * synchronously, before the bytes arrive.
+ */
+export type P2PDestination = (
+  rrefs: RRefContext,
+  peek: () => unknown,
+  index: number,
+  entries: readonly FrameEntry[],
+) => ChannelBuffer | null;
+let p2pDestination: P2PDestination | null = null;
+
+/** @internal Sets the one P2PDestination (sdk/distributed/p2p.ts). */
+export function setP2PDestination(h: P2PDestination): void {
+  p2pDestination = h;
+}
+
+/** Byte 3 of the wire header is the message type (../wire/header.ts). */
+const TYPE_BYTE = 3;
+
 export class RpcPipe {
   constructor(
     readonly pipe: Pipe,
@@ -76,6 +100,17 @@ export class RpcPipe {
       onMessage(m, this, r.bytes, rrefs.takeOwnedArrivals());
     });
     pipe.onClose((e) => onClose(this, e));
+    pipe.onDestination((control, index, entries) => {
+      if (!p2pDestination || control[TYPE_BYTE] !== MessageType.P2P_MESSAGE) return null;
+      const peek = () => {
+        try {
+          return peekControl(control).payload;
+        } catch {
+          return null; // NB: the full decode at delivery reports it (and the pipe closes)
+        }
+      };
+      return p2pDestination(rrefs, peek, index, entries);
+    });
   }
 
   /** The worker at the other end. */

@@ -210,6 +210,39 @@ export function decodeFrame(frame: Frame, opts: DecodeOptions = {}): DecodedMess
 }
 
 /**
+ * A look at a pipe's MESSAGE body before its buffers arrived: the header's type and the payload, with
+ * each tensor as a TensorPeek (./tensor.ts) instead of a Tensor. The same checks as decodeControl on
+ * the control bytes; throws ProtocolError likewise. Decode the message again once its buffers are in.
+ */
+export function peekControl(
+  control: Uint8Array,
+  opts: DecodeOptions = {},
+): { type: MessageType; payload: unknown; descriptors: BufferDescriptor[] } {
+  const limits = resolveLimits(opts);
+  const h = parseHeader(control, limits);
+  const tableEnd = HEADER_BYTES + h.bufferCount * 16;
+  if (control.byteLength !== tableEnd + h.payloadBytes)
+    throw new ProtocolError(`bad frame: ${control.byteLength} control bytes, header says ${tableEnd + h.payloadBytes}`);
+  const descriptors = parseBufferTable(control.subarray(HEADER_BYTES, tableEnd), h.bufferCount, limits);
+  const payload = control.subarray(tableEnd);
+  scanPayload(payload, opts.maxDepth ?? DEFAULT_MAX_DEPTH, isWireTag);
+  const ctx: WireDecodeContext = {
+    buffers: [],
+    descriptors,
+    tensors: [],
+    user: opts.user,
+    mapDevice: opts.mapDevice ?? ((s: string) => Device.parse(s)),
+    peek: true,
+  };
+  try {
+    return { type: h.type, payload: withDecodeContext(ctx, () => packr.unpack(payload)), descriptors };
+  } catch (e) {
+    if (e instanceof ProtocolError) throw e;
+    throw new ProtocolError(`bad payload: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}
+
+/**
  * Decodes a message whose header, buffer table and payload arrived as one
  * block of control bytes (a pipe's MESSAGE body), with its buffers moved by
  * channels. Same checks as decodeMessage.

@@ -25,6 +25,7 @@ export {
   decodeMessage,
   decodeFrame,
   decodeControl,
+  peekControl,
   DEFAULT_MAX_DEPTH,
   type Message,
   type DecodedMessage,
@@ -44,4 +45,4 @@ export {
   isDeviceWindow,
 } from "./registry.js";
 export { RemoteErrorRecord, errorFromWire } from "./error.js";
-export { MAX_TENSOR_DIMS, type TensorDescriptor } from "./tensor.js";
+export { MAX_TENSOR_DIMS, type TensorDescriptor, type TensorPeek } from "./tensor.js";

@@ -83,6 +83,11 @@ export interface WireDecodeContext {
   mapDevice(remote: string): Device;
   /** The `user` value given to decodeMessage. */
   readonly user: unknown;
+  /**
+   * A look at a message before its buffers arrived (./codec.ts peekControl): tensors decode as a
+   * TensorPeek (./tensor.ts), nothing is read from `buffers`.
+   */
+  readonly peek?: boolean;
 }
 
 export interface WireType<T extends object> {

@@ -155,9 +155,20 @@ function storageOver(bytes: WireBuffer, dt: DType, dev: Device): Storage {
   return Storage.onDevice(bytes.memory, dt, bytes.byteLength / itemSize(dt));
 }
 
+/**
+ * What a tensor decodes as in a peek (WireDecodeContext.peek): the buffer index it names (unchecked)
+ * and whether it is a strided view into that buffer (else it covers the buffer whole, in order).
+ */
+export interface TensorPeek {
+  readonly peekedTensor: true;
+  readonly index: unknown;
+  readonly strided: boolean;
+}
+
 export function decodeTensor(data: unknown, ctx: WireDecodeContext): Tensor {
   if (!Array.isArray(data) || (data.length !== 5 && data.length !== 7))
     throw bad("expected [dtype, shape, buffer, device, requiresGrad] or that plus [strides, offset]");
+  if (ctx.peek) return { peekedTensor: true, index: data[2], strided: data.length === 7 } as TensorPeek as never;
   const [dtype, shape, index, device, requiresGrad, stridesIn, offsetIn] = data as unknown[];
   if (typeof dtype !== "string" || !(DTYPES as readonly string[]).includes(dtype))
     throw bad(`unknown dtype ${JSON.stringify(dtype)}; expected one of ${DTYPES.join(", ")}`);

@@ -138,4 +138,72 @@ describe("Mailbox", () => {
       expect(arena.byteLength).toBe(8 * n);
     },
   );
+
+  describe("matching at the header (reserve, rule 7)", () => {
+    const big = (src: number, tag: string): Envelope => ({ src, tag, shape: [4], dtype: "float32", device: "cpu" });
+    /** A receive into `into` whose landing is its bytes, as sdk/distributed/p2p.ts posts a user's receive. */
+    function landing(into: Tensor, src: number | null, tag: string): PostedRecv {
+      const d = into.storage.data;
+      return { ...recv(into, src, tag), landing: () => new Uint8Array(d.buffer, d.byteOffset, d.byteLength) };
+    }
+    /** The tensor the pipe decodes over the bytes the message landed in. */
+    const over = (b: Uint8Array) =>
+      new TensorClass(new Storage(new Float32Array(b.buffer, b.byteOffset, 4), "float32"), [4], [1], 0);
+
+    it("reserves the first matching receive; deliver completes it by the bytes it landed in", async () => {
+      const m = new Mailbox(0);
+      const [a, b] = [zeros([4]), zeros([4])];
+      const pa = m.post(landing(a, 1, "u:1"), 0);
+      const pb = m.post(landing(b, null, "u:1"), 0);
+      const la = m.reserve(big(1, "u:1"), 16)!;
+      expect(la.buffer).toBe(a.storage.data.buffer);
+      const lb = m.reserve(big(2, "u:1"), 16)!; // the any-source one
+      expect(lb.buffer).toBe(b.storage.data.buffer);
+      expect([m.landed, m.waiting]).toEqual([2, 2]);
+      // a message matching neither reservation goes the usual way (held)
+      m.deliver(big(1, "u:1"), tensor([9, 9, 9, 9], { dtype: "float32" }));
+      expect(m.bytesHeld).toBe(16);
+      new Float32Array(lb.buffer, lb.byteOffset, 4).set([5, 6, 7, 8]);
+      m.deliver(big(2, "u:1"), over(lb));
+      expect(await pb).toBe(2);
+      expect(b.tolist()).toEqual([5, 6, 7, 8]);
+      m.deliver(big(1, "u:1"), over(la));
+      expect(await pa).toBe(1);
+      expect(m.waiting).toBe(0);
+    });
+
+    it("does not reserve without a landing, past the first match, on a size or shape mismatch", async () => {
+      const m = new Mailbox(0);
+      const a = zeros([4]);
+      const plain = m.post(recv(zeros([4]), 1, "u:1"), 0);
+      m.post(landing(a, 1, "u:1"), 0).catch(() => undefined);
+      expect(m.reserve(big(1, "u:1"), 16)).toBeNull(); // the first match has no landing
+      m.deliver(big(1, "u:1"), tensor([1, 2, 3, 4], { dtype: "float32" }));
+      await plain;
+      expect(m.reserve(big(1, "u:1"), 8)).toBeNull(); // not the landing's length
+      expect(m.reserve({ ...big(1, "u:1"), shape: [2, 2] }, 16)).toBeNull(); // deliver reports the mismatch
+      expect(m.landed).toBe(0);
+      m.close(new DistributedError("done"));
+    });
+
+    it("a reserved receive fails on timeout (its message is then dropped), peer death and close", async () => {
+      const m = new Mailbox(0);
+      const a = zeros([4]);
+      const timedOut = m.post(landing(a, 1, "u:1"), 20);
+      const la = m.reserve(big(1, "u:1"), 16)!;
+      await expect(timedOut).rejects.toBeInstanceOf(RpcTimeoutError);
+      m.deliver(big(1, "u:1"), over(la)); // dropped: not held for a later receive
+      expect([m.bytesHeld, m.waiting]).toEqual([0, 0]);
+      const b = zeros([4]);
+      const dies = m.post(landing(b, null, "u:2"), 0);
+      m.reserve(big(3, "u:2"), 16);
+      m.peerGone(3, () => new WorkerUnavailableError("rank 3 left", "w3"));
+      await expect(dies).rejects.toBeInstanceOf(WorkerUnavailableError);
+      const closed = m.post(landing(zeros([4]), 1, "u:3"), 0);
+      m.reserve(big(1, "u:3"), 16);
+      m.close(new DistributedError("shut down"));
+      await expect(closed).rejects.toBeInstanceOf(DistributedError);
+      expect(m.waiting).toBe(0);
+    });
+  });
 });

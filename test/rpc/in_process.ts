@@ -14,15 +14,21 @@ import { freePort } from "../../sdk/rpc/launcher.js";
 import { parseInitOptions } from "../../sdk/rpc/rendezvous/index.js";
 
 /** Starts one agent per name (ranks in order; the first hosts the store); resolves once the group met. */
-export async function inProcessGroup(names: readonly string[], opts: { rpcTimeoutMs?: number } = {}): Promise<Agent[]> {
+export async function inProcessGroup(
+  names: readonly string[],
+  opts: { rpcTimeoutMs?: number; channels?: string } = {},
+): Promise<Agent[]> {
   const port = await freePort();
   const initMethod = `tcp://127.0.0.1:${port}`;
   const secret = "in-process-secret-0123456789";
+  const { channels, ...rest } = opts;
   return Promise.all(
     names.map((name, rank) =>
       Agent.start(
-        parseInitOptions(name, { rank, worldSize: names.length, initMethod, secret, initTimeoutMs: 10_000, ...opts }),
+        parseInitOptions(name, { rank, worldSize: names.length, initMethod, secret, initTimeoutMs: 10_000, ...rest }),
         sdk,
+        undefined,
+        { channels },
       ),
     ),
   );
