@@ -10,8 +10,9 @@
  *    trips of a tensor of the same size on the same pipe, and p2p round trips receiving into a view of part
  *    of a storage (over cma and tcp its bytes land in the view when the receive is posted first, as in a
  *    whole tensor; over shm a landed block is copied into the view, while a whole storage adopts it). The three kinds
- *    alternate call by call; each figure is the median of single calls: the acceptance is p2p no slower
- *    than rpcSync at 4 MB. Beside it, the GC time rank 0 spent inside the calls of each kind
+ *    alternate in blocks of a few calls; each figure is the median of single calls: the acceptance is p2p no
+ *    slower than rpcSync at 4 MB. The acceptance lines also give the ratio with the kinds alternating call by
+ *    call (a process that mixes both, see p2pOver). Beside it, the GC time rank 0 spent inside the calls of each kind
  *    (PerformanceObserver "gc"), per round trip: on a loaded machine it is the term that moves most.
  * 3. tprpc, allReduce (SUM, in place) in 3 and 4 processes, every rank running the same shipped loop; rank
  *    0's median per call, for two algorithms with their trials interleaved: the default (shared memory
@@ -122,6 +123,8 @@ interface P2PFigures {
   rpc: number;
   copy: number;
   gc: [p2p: number, rpc: number, copy: number];
+  /** rpcSync / p2p with the two alternating call by call (see p2pOver). */
+  mixedRatio: number;
 }
 
 /** Point-to-point and rpcSync round trips over one channel, by bytes. */
@@ -160,7 +163,7 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, P2P
     for (const n of P2P_SIZES) {
       const [warm, trials, batch] = plan(n, quick);
       // NB: two kinds of p2p batches, so the worker echoes twice as many
-      const echo = rpc.rpcAsync("worker1", echoLoop, [n, 2 * (warm + trials * batch)]);
+      const echo = rpc.rpcAsync("worker1", echoLoop, [n, 2 * warm + 4 * trials * batch]);
       const t = sdk.ones([n / 4]);
       const x = sdk.ones([n / 4]);
       // a view of part of a storage: over shm a receive into it copies a landed block (into t, a whole
@@ -181,17 +184,30 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, P2P
         () => rpc.rpcSync("worker1", identity, [x]),
         () => roundTrip(c),
       ];
-      // NB: the kinds alternate call by call (A, B, C, A, ...), and each figure is the median of single
-      // calls: batches of one kind after another let a load that changes between them move one kind only
+      // NB: the kinds alternate in blocks of `batch` calls (A×batch, B×batch, C×batch, A×batch, ...), and each
+      // figure is the median of single calls. Alternating keeps a load that changes during the run on every
+      // kind alike (batches of one kind after another did not: 0.36x to 1.26x between runs); blocks let each
+      // kind run in its own steady state. Call by call, an rpcSync took the shm landing block the p2p call
+      // before it had just given back, and held it until a GC (its received tensor is the caller's to keep),
+      // so every p2p call then landed in a colder block: a cost of mixing the two, measured apart below.
       const per: number[][] = kinds.map(() => []);
       const windows: [number, number][][] = kinds.map(() => []);
+      const mixed: number[][] = kinds.map(() => []);
+      for (let k = 0; k < trials; k++)
+        for (const [j, call] of kinds.entries())
+          for (let b = 0; b < batch; b++) {
+            const t0 = now();
+            const w0 = performance.now();
+            await call();
+            per[j]!.push(now() - t0);
+            windows[j]!.push([w0, performance.now()]);
+          }
+      // the same calls alternating call by call (A, B, C, A, ...): the mixed figure
       for (let k = 0; k < trials * batch; k++)
         for (const [j, call] of kinds.entries()) {
           const t0 = now();
-          const w0 = performance.now();
           await call();
-          per[j]!.push(now() - t0);
-          windows[j]!.push([w0, performance.now()]);
+          mixed[j]!.push(now() - t0);
         }
       await echo;
       for (const y of [t, c])
@@ -202,6 +218,7 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, P2P
         rpc: median(per[1]!),
         copy: median(per[2]!),
         gc: [gc[0]!, gc[1]!, gc[2]!],
+        mixedRatio: median(mixed[1]!) / median(mixed[0]!),
       });
     }
     await rpc.shutdown({ timeoutMs: 10_000 });
@@ -317,11 +334,11 @@ export async function collectivesBench(quick: boolean): Promise<void> {
       );
     }
   for (const c of channels) {
-    const { p2p: p, rpc: r, copy, gc } = p2p.get(c)!.get(4_000_000)!;
+    const { p2p: p, rpc: r, copy, gc, mixedRatio } = p2p.get(c)!.get(4_000_000)!;
     console.log(
       `  send/recv 4 MB over ${c}: rpcSync / p2p round trip ${ratio(r / p)} (goal >= 1x) ${r / p >= 1 ? "MET" : "NOT MET"}` +
         ` (p2p receiving into a view of part of a storage: ${ratio(r / copy)}; rank 0 GC per round trip in p2p / rpcSync / ` +
-        `p2p-view calls ${gc.map((x) => x.toFixed(2)).join(" / ")} ms)`,
+        `p2p-view calls ${gc.map((x) => x.toFixed(2)).join(" / ")} ms; alternating call by call: ${ratio(mixedRatio)})`,
     );
   }
   console.log("");
