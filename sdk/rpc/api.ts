@@ -211,7 +211,7 @@ export function setRpcTimeout(timeoutMs: number): void {
 
 /** Every current member of the group, ordered by rank. */
 export function workers(): WorkerInfo[] {
-  return current().membership.workers;
+  return [...current().membership.workers];
 }
 
 /**

@@ -75,9 +75,12 @@ export class Membership {
     private readonly token: string,
   ) {}
 
-  /** Current members, ordered by id (rank). */
-  get workers(): WorkerInfo[] {
-    return [...this.members.values()].sort((a, b) => a.id - b.id);
+  /** `workers`, kept until the membership changes (every call and point-to-point message looks a peer up). */
+  private sorted: readonly WorkerInfo[] | null = null;
+
+  /** Current members, ordered by id (rank); the same frozen array until the membership changes. */
+  get workers(): readonly WorkerInfo[] {
+    return (this.sorted ??= Object.freeze([...this.members.values()].sort((a, b) => a.id - b.id)));
   }
 
   get dynamic(): boolean {
@@ -126,6 +129,7 @@ export class Membership {
 
   /** @internal */ reset(snapshot: Map<string, Buffer>): void {
     this.members.clear();
+    this.sorted = null;
     for (const v of snapshot.values()) {
       const w = decode(v);
       if (w && isWorker(w)) {
@@ -149,10 +153,12 @@ export class Membership {
     if (!w || !isWorker(w) || w.name === this.self.name) return;
     if (e.kind === "set" && !this.members.has(w.name)) {
       this.members.set(w.name, info(w));
+      this.sorted = null;
       this.cuda.set(w.name, cudaOf(w));
       for (const cb of this.joins) cb(info(w));
     } else if (e.kind === "delete" && this.members.get(w.name)?.id === w.id) {
       this.members.delete(w.name);
+      this.sorted = null;
       this.cuda.delete(w.name);
       for (const cb of this.leaves) cb(info(w));
     }
