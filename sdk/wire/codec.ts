@@ -191,7 +191,6 @@ export function decodeFrame(frame: Frame, opts: DecodeOptions = {}): DecodedMess
         `bad frame: buffer ${i} is ${b.byteLength} bytes, header says ${descriptors[i]!.byteLength}`,
       );
   });
-  scanPayload(payload, opts.maxDepth ?? DEFAULT_MAX_DEPTH, isWireTag);
   const ctx: WireDecodeContext = {
     buffers,
     descriptors,
@@ -199,14 +198,35 @@ export function decodeFrame(frame: Frame, opts: DecodeOptions = {}): DecodedMess
     user: opts.user,
     mapDevice: opts.mapDevice ?? ((s: string) => Device.parse(s)),
   };
-  let value: unknown;
+  const value = unpackPayload(payload, ctx, opts);
+  return { type: h.type, id: h.id, flags: h.flags, payload: value, tensors: ctx.tensors };
+}
+
+/** Scans `payload` (nesting, wire tags) and unpacks it with `ctx` current; a failure is a ProtocolError. */
+function unpackPayload(payload: Uint8Array, ctx: WireDecodeContext, opts: DecodeOptions): unknown {
+  scanPayload(payload, opts.maxDepth ?? DEFAULT_MAX_DEPTH, isWireTag);
   try {
-    value = withDecodeContext(ctx, () => packr.unpack(payload));
+    return withDecodeContext(ctx, () => packr.unpack(payload));
   } catch (e) {
     if (e instanceof ProtocolError) throw e;
     throw new ProtocolError(`bad payload: ${e instanceof Error ? e.message : String(e)}`);
   }
-  return { type: h.type, id: h.id, flags: h.flags, payload: value, tensors: ctx.tensors };
+}
+
+/** A MESSAGE body's control bytes (header, buffer table, payload), checked against the header's lengths. */
+function splitControl(
+  control: Uint8Array,
+  opts: DecodeOptions,
+): { header: FrameHeader; descriptors: BufferDescriptor[]; payload: Uint8Array } {
+  const limits = resolveLimits(opts);
+  const header = parseHeader(control, limits);
+  const tableEnd = HEADER_BYTES + header.bufferCount * 16;
+  if (control.byteLength !== tableEnd + header.payloadBytes)
+    throw new ProtocolError(
+      `bad frame: ${control.byteLength} control bytes, header says ${tableEnd + header.payloadBytes}`,
+    );
+  const descriptors = parseBufferTable(control.subarray(HEADER_BYTES, tableEnd), header.bufferCount, limits);
+  return { header, descriptors, payload: control.subarray(tableEnd) };
 }
 
 /**
@@ -218,14 +238,7 @@ export function peekControl(
   control: Uint8Array,
   opts: DecodeOptions = {},
 ): { type: MessageType; payload: unknown; descriptors: BufferDescriptor[] } {
-  const limits = resolveLimits(opts);
-  const h = parseHeader(control, limits);
-  const tableEnd = HEADER_BYTES + h.bufferCount * 16;
-  if (control.byteLength !== tableEnd + h.payloadBytes)
-    throw new ProtocolError(`bad frame: ${control.byteLength} control bytes, header says ${tableEnd + h.payloadBytes}`);
-  const descriptors = parseBufferTable(control.subarray(HEADER_BYTES, tableEnd), h.bufferCount, limits);
-  const payload = control.subarray(tableEnd);
-  scanPayload(payload, opts.maxDepth ?? DEFAULT_MAX_DEPTH, isWireTag);
+  const { header, descriptors, payload } = splitControl(control, opts);
   const ctx: WireDecodeContext = {
     buffers: [],
     descriptors,
@@ -234,12 +247,7 @@ export function peekControl(
     mapDevice: opts.mapDevice ?? ((s: string) => Device.parse(s)),
     peek: true,
   };
-  try {
-    return { type: h.type, payload: withDecodeContext(ctx, () => packr.unpack(payload)), descriptors };
-  } catch (e) {
-    if (e instanceof ProtocolError) throw e;
-    throw new ProtocolError(`bad payload: ${e instanceof Error ? e.message : String(e)}`);
-  }
+  return { type: header.type, payload: unpackPayload(payload, ctx, opts), descriptors };
 }
 
 /**
@@ -252,11 +260,5 @@ export function decodeControl(
   buffers: readonly WireBuffer[],
   opts: DecodeOptions = {},
 ): DecodedMessage {
-  const limits = resolveLimits(opts);
-  const h = parseHeader(control, limits);
-  const tableEnd = HEADER_BYTES + h.bufferCount * 16;
-  if (control.byteLength !== tableEnd + h.payloadBytes)
-    throw new ProtocolError(`bad frame: ${control.byteLength} control bytes, header says ${tableEnd + h.payloadBytes}`);
-  const descriptors = parseBufferTable(control.subarray(HEADER_BYTES, tableEnd), h.bufferCount, limits);
-  return decodeFrame({ header: h, descriptors, payload: control.subarray(tableEnd), buffers: [...buffers] }, opts);
+  return decodeFrame({ ...splitControl(control, opts), buffers: [...buffers] }, opts);
 }
