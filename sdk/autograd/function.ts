@@ -47,8 +47,8 @@ export function recordCustomOp(
   backward: BackwardFn,
   saved: readonly Tensor[] = [],
 ): Tensor {
-  const before = out.gradFn;
-  const r = recordOp(name, out, inputs, backward, saved);
-  if (r.gradFn !== before && r.gradFn instanceof FunctionNode) r.gradFn.custom = true;
-  return r;
+  if (!needsGrad(inputs)) return out;
+  recordOp(name, out, inputs, backward, saved);
+  (out.gradFn as FunctionNode).custom = true;
+  return out;
 }
