@@ -46,7 +46,7 @@ import { startLocalWorkers } from "../sdk/rpc/launcher.js";
 import { tprpcA3c } from "./e2e_a3c.js";
 import { FEDAVG_EXAMPLES, tprpcFedAvg } from "./e2e_fedavg.js";
 import { startLoad } from "./load.js";
-import { median, now, repoRoot } from "./rpc_common.js";
+import { GC_KINDS, median, now, repoRoot } from "./rpc_common.js";
 import { spawnInGroup } from "./spawn_group.js";
 import os from "node:os";
 import path from "node:path";
@@ -139,7 +139,8 @@ interface Breakdown {
 
 /** A garbage collection in one process, wall-clock ms (as the call records' times). */
 interface GcSpan {
-  kind: string;
+  /** perf_hooks' kind number (GC_KINDS names it). */
+  kind: number;
   start: number;
   ms: number;
 }
@@ -158,11 +159,10 @@ const profileWorker = (on: boolean): { records: sdk.rpc.CallRecord[]; gcs: GcSpa
     tprpc.rpc.profiler.clear();
     tprpc.rpc.profiler.enable();
     const gcs: GcSpan[] = [];
-    const kinds: Record<number, string> = { 1: "scavenge", 2: "mark-compact", 4: "incremental", 8: "weak cb" };
     const obs = new g.PerformanceObserver((list) => {
       for (const e of list.getEntries()) {
         const kind = (e as unknown as { detail?: { kind?: number } }).detail?.kind ?? 0;
-        gcs.push({ kind: kinds[kind] ?? String(kind), start: performance.timeOrigin + e.startTime, ms: e.duration });
+        gcs.push({ kind, start: performance.timeOrigin + e.startTime, ms: e.duration });
       }
     });
     obs.observe({ entryTypes: ["gc"] });
@@ -242,7 +242,7 @@ function timeline(bd: Breakdown): string[] {
     ...bd.gcs.flatMap(([who, gs]) =>
       gs.map((g) => ({
         t: g.start,
-        line: `  ${who.padEnd(8)}    GC ${g.kind.padEnd(21)} ${at(g.start)} for ${g.ms.toFixed(1)} ms`,
+        line: `  ${who.padEnd(8)}    GC ${(GC_KINDS[g.kind] ?? String(g.kind)).padEnd(21)} ${at(g.start)} for ${g.ms.toFixed(1)} ms`,
       })),
     ),
   ];

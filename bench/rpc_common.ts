@@ -9,6 +9,7 @@
 import fs from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
+import { constants as perfConstants } from "node:perf_hooks";
 import v8 from "node:v8";
 import vm from "node:vm";
 import { fileURLToPath } from "node:url";
@@ -31,6 +32,14 @@ export interface Figures {
 export type Plan = [number, number, number];
 
 export const now = (): number => Number(process.hrtime.bigint()) / 1e9;
+
+/** perf_hooks' GC kinds (constants.NODE_PERFORMANCE_GC_*), by the number a "gc" entry's detail.kind holds. */
+export const GC_KINDS: Readonly<Record<number, string>> = {
+  [perfConstants.NODE_PERFORMANCE_GC_MINOR]: "minor",
+  [perfConstants.NODE_PERFORMANCE_GC_MAJOR]: "major",
+  [perfConstants.NODE_PERFORMANCE_GC_INCREMENTAL]: "incremental marking",
+  [perfConstants.NODE_PERFORMANCE_GC_WEAKCB]: "weak callbacks",
+};
 
 export function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);

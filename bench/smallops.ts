@@ -25,7 +25,7 @@
  */
 import { spawn } from "node:child_process";
 import path from "node:path";
-import { PerformanceObserver, constants } from "node:perf_hooks";
+import { PerformanceObserver } from "node:perf_hooks";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import * as tp from "../sdk/index.js";
@@ -35,6 +35,7 @@ import type { Backend } from "../sdk/tensor/backend/interface.js";
 import { Storage } from "../sdk/tensor/storage.js";
 import { type DType, itemSize } from "../sdk/tensor/dtype.js";
 import { poolStats } from "../sdk/tensor/pool.js";
+import { GC_KINDS } from "./rpc_common.js";
 
 const argv = process.argv;
 const arg = (name: string, dflt: string): string => {
@@ -300,14 +301,6 @@ function profiled(inner: Backend, acc: Map<string, Acc>): Backend {
   p.allocArray = inner.allocArray;
   return p as unknown as Backend;
 }
-
-/** perf_hooks' GC kinds (constants.NODE_PERFORMANCE_GC_*). */
-const GC_KINDS: Record<number, string> = {
-  [constants.NODE_PERFORMANCE_GC_MINOR]: "minor",
-  [constants.NODE_PERFORMANCE_GC_MAJOR]: "major",
-  [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: "incremental marking",
-  [constants.NODE_PERFORMANCE_GC_WEAKCB]: "weak callbacks",
-};
 
 /** Counts storages allocated (and their bytes) until stop(), by wrapping Storage's allocators. */
 function countAllocations(): { count: number; bytes: number; big: number; bigBytes: number; stop(): void } {
