@@ -1,18 +1,18 @@
 /**
- * The tcp channel across two network namespaces joined by a veth pair, against iperf3 on the
- * same link (issue 6: the channel should reach >= 80% of iperf3's bandwidth).
+ * The tcp channel across two network namespaces joined by a veth pair: a link between two "hosts" that is
+ * not loopback.
  *
- * 1. Setup (needs root, `ip` and iperf3; otherwise the suite is skipped with the reason printed):
- *    a namespace "tprpc-veth-<pid>" holding one end of a veth pair, the other end in ours,
- *    addresses 10.<a>.<b>.1 (ours) and .2 (theirs) on a /30.
- * 2. iperf3: a one-shot server in the namespace, a 3 s client here; its receiver bandwidth.
- * 3. tcp channel: the peer process (test/native/channel_peer.ts) runs inside the namespace; 200 MB
- *    echoes, bandwidth = bytes both ways / time (each direction runs alone, so it compares with
- *    iperf3's one-way figure).
- * 4. The veth pair and the namespace are deleted afterwards, whatever happened.
- * NB: the assertion is 50% (the full suite shares 2 cores); the ratio measured is printed.
- * NB: the two namespaces are two hosts to TPRPC_TLS=auto, so the channel would be TLS; this measures the
- * plain channel (TPRPC_TLS=off on both sides), and bench/tls_tcp.ts what TLS costs on the same link.
+ * 1. Setup (needs root and `ip`; otherwise the suite is skipped with the reason printed): a namespace
+ *    "tprpc-veth-<pid>" holding one end of a veth pair, the other end in ours, addresses 10.<a>.<b>.1
+ *    (ours) and .2 (theirs) on a /30.
+ * 2. The peer process (test/native/channel_peer.ts) runs inside the namespace; 200 MB echoes come back
+ *    intact, several in flight at once.
+ * 3. The veth pair and the namespace are deleted afterwards, whatever happened.
+ * NB: a bandwidth is not asserted here (a test's timing depends on what else runs on the machine):
+ * `npm run bench:tls` measures the plain channel on the same kind of link as a fraction of iperf3's
+ * bandwidth, and what TLS costs on top.
+ * NB: the two namespaces are two hosts to TPRPC_TLS=auto, so the channel would be TLS; this checks the
+ * plain channel (TPRPC_TLS=off on both sides), and test/transport the TLS one.
  */
 import { spawnSync } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -31,8 +31,7 @@ function sh(cmd: string, args: string[], timeoutMs = 15_000): { ok: boolean; out
 function whyNot(): string | null {
   if (process.platform !== "linux") return "Linux only";
   if (process.getuid?.() !== 0) return "needs root to create network namespaces and a veth pair";
-  for (const tool of ["ip", "iperf3"])
-    if (!sh("sh", ["-c", `command -v ${tool}`]).ok) return `${tool} is not installed (apt-get install iproute2 iperf3)`;
+  if (!sh("sh", ["-c", "command -v ip"]).ok) return "ip is not installed (apt-get install iproute2)";
   const probe = sh("ip", ["netns", "add", NS]);
   if (!probe.ok) return `ip netns add is not permitted here: ${probe.out}`;
   return null;
@@ -63,19 +62,7 @@ describe.skipIf(skip !== null)("tcp channel across a veth pair between network n
     sh("ip", ["netns", "del", NS]);
   });
 
-  it("moves 200 MB echoes at >= 50% of iperf3's bandwidth on the same link", async () => {
-    const port = String(20_000 + (process.pid % 20_000));
-    const server = spawnSync("sh", ["-c", `ip netns exec ${NS} iperf3 -s -1 -D -B ${NET}.2 -p ${port}`], {
-      encoding: "utf8",
-    });
-    expect(server.status).toBe(0);
-    await new Promise((r) => setTimeout(r, 300));
-    const client = sh("iperf3", ["-c", `${NET}.2`, "-p", port, "-t", "3", "-J"], 30_000);
-    expect(client.ok, client.out.slice(0, 300)).toBe(true);
-    const iperf =
-      (JSON.parse(client.out) as { end: { sum_received: { bits_per_second: number } } }).end.sum_received
-        .bits_per_second / 8;
-
+  it("echoes 200 MB intact between the namespaces, then three 20 MB messages in flight at once", async () => {
     const { tcpChannelContext } = await import("../../sdk/channel/tcp/index.js");
     const savedTls = process.env.TPRPC_TLS;
     process.env.TPRPC_TLS = "off";
@@ -87,23 +74,15 @@ describe.skipIf(skip !== null)("tcp channel across a veth pair between network n
       const n = 200_000_000;
       const x = pattern(n, 5);
       const into = pattern(n, 0);
-      const first = await peer.echo(x, into).back;
-      expect(
-        Buffer.compare(Buffer.from(first.buffer, first.byteOffset, n), Buffer.from(x.buffer, x.byteOffset, n)),
-      ).toBe(0);
-      const times: number[] = [];
-      for (let i = 0; i < 3; i++) {
-        const t0 = performance.now();
-        await peer.echo(x, into).back;
-        times.push((performance.now() - t0) / 1000);
-      }
-      times.sort((a, b) => a - b);
-      const channel = (2 * n) / times[1]!;
-      console.log(
-        `[tcp_veth] iperf3 ${(iperf / 1e9).toFixed(2)} GB/s, tcp channel ${(channel / 1e9).toFixed(2)} GB/s ` +
-          `(${((100 * channel) / iperf).toFixed(0)}% of iperf3)`,
-      );
-      expect(channel / iperf).toBeGreaterThanOrEqual(0.5);
+      const same = (got: Uint8Array, want: Uint8Array): number =>
+        Buffer.compare(
+          Buffer.from(got.buffer, got.byteOffset, got.byteLength),
+          Buffer.from(want.buffer, want.byteOffset, want.byteLength),
+        );
+      expect(same(await peer.echo(x, into).back, x)).toBe(0);
+      const xs = [1, 2, 3].map((seed) => pattern(20_000_000, seed));
+      const backs = await Promise.all(xs.map((xi) => peer.echo(xi).back));
+      backs.forEach((got, i) => expect(same(got, xs[i]!), `echo ${i}`).toBe(0));
       expect(peer.childErrors).toEqual([]);
     } finally {
       await peer.close();
