@@ -2,13 +2,13 @@
 // `npm run lint`: prettier, the type check, the layer check and ESLint's promise rules. They are
 // independent and each runs on one core, so they run side by side (as many at once as the machine
 // has cores, the longest first); each one's output is printed when it ends, and the exit status is
-// 1 when any failed.
+// 1 when any failed. The type check and ESLint run in one step (scripts/lint-types.mjs), which builds the
+// TypeScript program they both need once.
 //
 // Caches, all under dist/.cache/ (built output, never packed; removing dist/ starts cold, and a
 // clean clone has none): prettier's --cache keys on each file's content and prettier's options, and
-// tsc's incremental build info records every input file's hash and the compiler options, so a warm
-// run re-checks exactly what changed. ESLint's own cache is not used: its promise rules read types
-// from other files, which its per-file cache would not notice. Instead, every step is skipped when
+// the type check and ESLint are not incremental (ESLint's per-file cache would not notice
+// that its promise rules read types from other files). Instead, every step is skipped when
 // the whole tree it could read (the linted folders, docs/, the root's configs and lock files) is byte
 // for byte what it was at that step's last pass (scripts/input_stamp.mjs); any change reruns it whole.
 import { spawn } from "node:child_process";
@@ -20,17 +20,10 @@ const root = path.resolve(import.meta.dirname, "..");
 const node = process.execPath;
 const bin = (p) => path.join(root, "node_modules", p);
 
-/** [name, argv], longest first. */
+/** [name, argv, print the output also when it passed], longest first. */
 const STEPS = [
-  ["eslint", [node, bin("eslint/bin/eslint.js"), "sdk", "kernel-ext", "scripts", "test", "bench"]],
-  [
-    "typecheck",
-    [
-      node,
-      bin("typescript/bin/tsc"),
-      ...["-p", "tsconfig.check.json", "--incremental", "--tsBuildInfoFile", "dist/.cache/typecheck.tsbuildinfo"],
-    ],
-  ],
+  // NB: the type check and ESLint's promise rules, on one TypeScript program (scripts/lint-types.mjs)
+  ["types", [node, path.join(root, "scripts/lint-types.mjs")], true],
   [
     "prettier",
     [
@@ -70,7 +63,7 @@ async function run(step) {
   return ok;
 }
 
-function spawnStep([name, [cmd, ...args]]) {
+function spawnStep([name, [cmd, ...args], showOutput]) {
   return new Promise((resolve) => {
     const t0 = Date.now();
     const child = spawn(cmd, args, { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
@@ -81,8 +74,9 @@ function spawnStep([name, [cmd, ...args]]) {
     child.on("close", (code, signal) => {
       const ok = code === 0;
       const secs = ((Date.now() - t0) / 1000).toFixed(1);
+      if (showOutput) process.stdout.write(out);
       process.stdout.write(`lint: ${name} ${ok ? "passed" : `FAILED (${signal ?? `exit ${code}`})`} in ${secs} s\n`);
-      if (!ok) process.stdout.write(out);
+      if (!ok && !showOutput) process.stdout.write(out);
       resolve(ok);
     });
   });
