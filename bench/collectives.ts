@@ -13,8 +13,8 @@
  *    alternate in blocks of a few calls; each figure is the median of single calls: the acceptance is p2p no
  *    slower than rpcSync at 4 MB. The acceptance lines also give the ratio with the kinds alternating call by
  *    call (a process that mixes both, see p2pOver). Beside it, the GC time rank 0 spent inside the calls of each kind
- *    and in the 5 ms pause after each of its blocks (PerformanceObserver "gc"), per round trip: on a loaded machine it
- *    is the term that moves most; and the CPU time per round trip of both processes, every thread, per kind.
+ *    (PerformanceObserver "gc"), per round trip: on a loaded machine it is the term that moves most; and the CPU time
+ *    per round trip of both processes, every thread, per kind.
  * 3. tprpc, allReduce (SUM, in place) in 3 and 4 processes, every rank running the same shipped loop; rank
  *    0's median per call, for two algorithms with their trials interleaved: the default (shared memory
  *    between processes on one host, sdk/distributed/host_shm.ts) and TPRPC_ALLREDUCE_ALGO=pipes (the
@@ -44,8 +44,6 @@ declare const tprpc: typeof import("../sdk/index.js");
 const P2P_SIZES = [4_000, 4_000_000, 40_000_000];
 const SIZES = [4_000, 400_000, 4_000_000, 40_000_000, 400_000_000];
 const WORLDS = [3, 4];
-/** ms of idle after each block of p2p / rpcSync calls (see p2pOver). */
-const GC_PAUSE_MS = 5;
 
 function plan(nbytes: number, quick: boolean): Plan {
   if (nbytes <= 4_000) return quick ? [20, 5, 20] : [100, 15, 50];
@@ -199,9 +197,10 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, P2P
       // NB: the kinds alternate in blocks of `batch` calls (A×batch, B×batch, C×batch, A×batch, ...), and each
       // figure is the median of single calls. Alternating keeps a load that changes during the run on every
       // kind alike (batches of one kind after another did not: 0.36x to 1.26x between runs); blocks let each
-      // kind run in its own steady state. Call by call, an rpcSync took the shm landing block the p2p call
-      // before it had just given back, and held it until a GC (its received tensor is the caller's to keep),
-      // so every p2p call then landed in a colder block: a cost of mixing the two, measured apart below.
+      // kind run in its own steady state. Call by call, the scavenge that an rpcSync call's garbage made due
+      // ran inside the p2p call after it, in both processes (bench/p2p_timeline.ts: every one of ~150 per 300
+      // pairs): a cost of mixing the two, measured apart below. In blocks, the first call after an rpcSync
+      // block pays it.
       const per: number[][] = kinds.map(() => []);
       const windows: [number, number][][] = kinds.map(() => []);
       const mixed: number[][] = kinds.map(() => []);
@@ -217,16 +216,12 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, P2P
             per[j]!.push(now() - t0);
             windows[j]!.push([w0, performance.now()]);
           }
-          // NB: a pause after each block: the scavenges a block's garbage scheduled run there, in both
-          // processes (V8 runs them as tasks when the event loop idles), not inside the next block's first
-          // calls; rank 0's count for this kind in the GC column. Without it the kind after rpcSync paid for
-          // rpcSync's garbage (call by call, 1 scavenge of ~0.5 ms per process every second p2p round trip)
-          const g0 = performance.now();
-          await new Promise((r) => setTimeout(r, GC_PAUSE_MS));
-          windows[j]!.push([g0, performance.now()]);
           // NB: CPU of both processes, every thread (GC, the channels' threads), from the end of the block
-          // before to after this block's pause: wall time on a loaded machine includes waiting for a core,
-          // CPU time does not. Each interval holds one cpuBoth call (a small rpcSync), alike for every kind
+          // before to the end of this one: wall time on a loaded machine includes waiting for a core, CPU time
+          // does not. Each interval holds one cpuBoth call (a small rpcSync), alike for every kind. The
+          // scavenge an rpcSync block's garbage makes due runs in the next block's first call (the first
+          // allocation there crosses V8's threshold; bench/p2p_timeline.ts), so it counts for that kind:
+          // against the p2p kinds, which follow rpcSync here
           const c = await cpuBoth();
           cpu[j]! += c - cpuMark;
           cpuMark = c;

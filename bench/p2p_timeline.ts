@@ -7,7 +7,7 @@
  * block 0: `count` p2p round trips, then `count` rpcSync ones (each kind in its own steady state; after
  * bench/rpc_common.ts's JIT warm-up and one untimed pass of both). block > 0: the two alternate in blocks
  * of `block` calls, as bench/collectives.ts does (block 1: call by call), and each figure is also split by
- * the call's place in its block (#1, #2, later). Both processes load ./p2p_tl_hook.ts, which stamps the
+ * the call's place in its block (#1, #2, later), with `pause` ms of idle before each block. Both processes load ./p2p_tl_hook.ts, which stamps the
  * pipe's send, the land copy, a frame's arrival and its delivery; a round trip's segments are printed as
  * medians (a segment across processes, "wire", includes waiting for a core), with the garbage collections
  * that started inside each kind's round trips, per process.
@@ -78,10 +78,11 @@ function segments(m: Ev[], w: Ev[][]): Record<string, number> | null {
   };
 }
 
-const [bytesArg = "4000000", countArg = "400", blockArg = "0"] = process.argv.slice(2);
+const [bytesArg = "4000000", countArg = "400", blockArg = "0", pauseArg = "0"] = process.argv.slice(2);
 const n = Number(bytesArg);
 const count = Number(countArg);
 const block = Number(blockArg);
+const pause = Number(pauseArg);
 const hook = new URL("./p2p_tl_hook.js", import.meta.url).href;
 const cluster = await startLocalWorkers({ workers: 1, env: { TPRPC_CHANNELS: "shm" }, nodeArgs: ["--import", hook] });
 try {
@@ -111,7 +112,9 @@ try {
     await rpc.rpcSync("worker1", takeLog, []);
     log.length = 0;
     const echo = rpc.rpcAsync("worker1", echoLoop, [n, p2pCount]);
-    for (const k of order) {
+    for (const [i, k] of order.entries()) {
+      // NB: as bench/collectives.ts, optionally an idle pause before each block (the GCs it schedules run there)
+      if (block > 0 && i % block === 0 && pause > 0) await new Promise((r) => setTimeout(r, pause));
       log.push(EV.start, nowNs());
       if (k === "p2p") await p2p(t);
       else await rpc.rpcSync("worker1", identity, [x]);
@@ -121,6 +124,8 @@ try {
     main = pairs(takeLog());
     worker = pairs(await rpc.rpcSync<number[]>("worker1", takeLog, []));
   }
+  if (process.env.TL_JSON)
+    (await import("node:fs")).writeFileSync(process.env.TL_JSON, JSON.stringify({ main, worker, order }));
   // rank 0's events by round trip; the worker's by frame
   const rts: Ev[][] = [];
   for (const ev of main) {
