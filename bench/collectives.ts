@@ -13,13 +13,15 @@
  *    alternate in blocks of a few calls; each figure is the median of single calls: the acceptance is p2p no
  *    slower than rpcSync at 4 MB. The acceptance lines also give the ratio with the kinds alternating call by
  *    call (a process that mixes both, see p2pOver). Beside it, the GC time rank 0 spent inside the calls of each kind
- *    (PerformanceObserver "gc"), per round trip: on a loaded machine it is the term that moves most.
+ *    (PerformanceObserver "gc"), per round trip: on a loaded machine it is the term that moves most; and the CPU time
+ *    per round trip of both processes, every thread, per kind.
  * 3. tprpc, allReduce (SUM, in place) in 3 and 4 processes, every rank running the same shipped loop; rank
  *    0's median per call, for two algorithms with their trials interleaved: the default (shared memory
  *    between processes on one host, sdk/distributed/host_shm.ts) and TPRPC_ALLREDUCE_ALGO=pipes (the
  *    ring/direct algorithms over the channels, as between hosts). Bus bandwidth = bytes / t * 2 (n - 1) / n
  *    (nccl-tests' definition), beside gloo's. The last lines print the acceptance ratios of issue #18.
- * `--no-torch`, `--no-p2p` and `--no-allreduce` skip a part (step 1, 2 or 3).
+ * `--no-torch`, `--no-p2p` and `--no-allreduce` skip a part (step 1, 2 or 3); `--p2p-channels=shm,cma` measures
+ * step 2 over those channels only.
  *
  * Timing as bench/reference/timing.py (after a JIT warm-up of both p2p and rpcSync per channel): warm-up,
  * then trials of a batch, the median per call; fewer repetitions with --quick (sizes up to 40 MB then). On a loaded machine the figures move a lot: compare
@@ -123,8 +125,16 @@ interface P2PFigures {
   rpc: number;
   copy: number;
   gc: [p2p: number, rpc: number, copy: number];
+  /** CPU s per round trip of rank 0 and the worker together (every thread), per kind: see p2pOver. */
+  cpu: [p2p: number, rpc: number, copy: number];
   /** rpcSync / p2p with the two alternating call by call (see p2pOver). */
   mixedRatio: number;
+}
+
+/** This process's CPU time so far, every thread, in s (shipped: the worker answers it too). */
+function cpuSeconds(): number {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1e6;
 }
 
 /** Point-to-point and rpcSync round trips over one channel, by bytes. */
@@ -187,14 +197,18 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, P2P
       // NB: the kinds alternate in blocks of `batch` calls (A×batch, B×batch, C×batch, A×batch, ...), and each
       // figure is the median of single calls. Alternating keeps a load that changes during the run on every
       // kind alike (batches of one kind after another did not: 0.36x to 1.26x between runs); blocks let each
-      // kind run in its own steady state. Call by call, an rpcSync took the shm landing block the p2p call
-      // before it had just given back, and held it until a GC (its received tensor is the caller's to keep),
-      // so every p2p call then landed in a colder block: a cost of mixing the two, measured apart below.
+      // kind run in its own steady state. Call by call, the scavenge that an rpcSync call's garbage made due
+      // ran inside the p2p call after it, in both processes (bench/p2p_timeline.ts: every one of ~150 per 300
+      // pairs): a cost of mixing the two, measured apart below. In blocks, the first call after an rpcSync
+      // block pays it.
       const per: number[][] = kinds.map(() => []);
       const windows: [number, number][][] = kinds.map(() => []);
       const mixed: number[][] = kinds.map(() => []);
+      const cpu = kinds.map(() => 0);
+      const cpuBoth = async () => cpuSeconds() + (await rpc.rpcSync<number>("worker1", cpuSeconds, []));
+      let cpuMark = await cpuBoth();
       for (let k = 0; k < trials; k++)
-        for (const [j, call] of kinds.entries())
+        for (const [j, call] of kinds.entries()) {
           for (let b = 0; b < batch; b++) {
             const t0 = now();
             const w0 = performance.now();
@@ -202,6 +216,16 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, P2P
             per[j]!.push(now() - t0);
             windows[j]!.push([w0, performance.now()]);
           }
+          // NB: CPU of both processes, every thread (GC, the channels' threads), from the end of the block
+          // before to the end of this one: wall time on a loaded machine includes waiting for a core, CPU time
+          // does not. Each interval holds one cpuBoth call (a small rpcSync), alike for every kind. The
+          // scavenge an rpcSync block's garbage makes due runs in the next block's first call (the first
+          // allocation there crosses V8's threshold; bench/p2p_timeline.ts), so it counts for that kind:
+          // against the p2p kinds, which follow rpcSync here
+          const c = await cpuBoth();
+          cpu[j]! += c - cpuMark;
+          cpuMark = c;
+        }
       // the same calls alternating call by call (A, B, C, A, ...): the mixed figure
       for (let k = 0; k < trials * batch; k++)
         for (const [j, call] of kinds.entries()) {
@@ -218,6 +242,7 @@ async function p2pOver(channel: string, quick: boolean): Promise<Map<number, P2P
         rpc: median(per[1]!),
         copy: median(per[2]!),
         gc: [gc[0]!, gc[1]!, gc[2]!],
+        cpu: [cpu[0]! / (trials * batch), cpu[1]! / (trials * batch), cpu[2]! / (trials * batch)],
         mixedRatio: median(mixed[1]!) / median(mixed[0]!),
       });
     }
@@ -259,9 +284,16 @@ export async function collectivesBench(quick: boolean): Promise<void> {
   const wall = now();
   const torch = process.argv.includes("--no-torch") ? "skipped (--no-torch)" : runTorch(quick);
   const t = typeof torch === "string" ? undefined : torch;
+  // NB: --p2p-channels=shm,tcp measures only those (default: every viable cpu channel)
+  const only = process.argv
+    .find((a) => a.startsWith("--p2p-channels="))
+    ?.slice("--p2p-channels=".length)
+    .split(",");
   const channels = process.argv.includes("--no-p2p")
     ? []
-    : ["shm", "cma", "tcp"].filter((c) => c !== "cma" || !cmaChannelContext.whyNotViable());
+    : ["shm", "cma", "tcp"].filter(
+        (c) => (c !== "cma" || !cmaChannelContext.whyNotViable()) && (!only || only.includes(c)),
+      );
   const p2p = new Map<string, Map<number, P2PFigures>>();
   for (const c of channels) p2p.set(c, await p2pOver(c, quick));
   const sizes = quick ? SIZES.filter((n) => n <= 40_000_000) : SIZES;
@@ -334,11 +366,13 @@ export async function collectivesBench(quick: boolean): Promise<void> {
       );
     }
   for (const c of channels) {
-    const { p2p: p, rpc: r, copy, gc, mixedRatio } = p2p.get(c)!.get(4_000_000)!;
+    const { p2p: p, rpc: r, copy, gc, cpu, mixedRatio } = p2p.get(c)!.get(4_000_000)!;
     console.log(
       `  send/recv 4 MB over ${c}: rpcSync / p2p round trip ${ratio(r / p)} (goal >= 1x) ${r / p >= 1 ? "MET" : "NOT MET"}` +
         ` (p2p receiving into a view of part of a storage: ${ratio(r / copy)}; rank 0 GC per round trip in p2p / rpcSync / ` +
-        `p2p-view calls ${gc.map((x) => x.toFixed(2)).join(" / ")} ms; alternating call by call: ${ratio(mixedRatio)})`,
+        `p2p-view calls ${gc.map((x) => x.toFixed(2)).join(" / ")} ms; alternating call by call: ${ratio(mixedRatio)}; ` +
+        `CPU per round trip, both processes, p2p / rpcSync / p2p-view ${cpu.map((x) => (x * 1e6).toFixed(0)).join(" / ")} us, ` +
+        `rpcSync / p2p ${ratio(cpu[1] / cpu[0])})`,
     );
   }
   console.log("");
