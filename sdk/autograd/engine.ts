@@ -20,6 +20,8 @@
  *    output pool (sdk/tensor/pool.ts), so backward reuses memory instead of piling it up for the GC.
  *    Nodes recorded by user code (autograd.recordOp) and other Node kinds (distributed autograd's)
  *    are never recycled from.
+ * 8. A node's outputs that are module intermediates (./intermediates.ts) are kept, not dropped, before
+ *    the node is released (a release may recycle the intermediates its scope dropped).
  *
  * Backward rules run with grad mode off. Nodes free their saved tensors after
  * running unless retainGraph is set.
@@ -31,6 +33,7 @@ import * as raw from "../tensor/raw.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { noGrad } from "./grad_mode.js";
 import { GradRefs } from "./grad_refs.js";
+import { keep as keepIntermediate } from "./intermediates.js";
 import { AccumulateGrad, FunctionNode, type Node, gradEdge } from "./node.js";
 
 export interface BackwardOptions {
@@ -172,6 +175,9 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
           const keep = node.retainGradOf?.deref();
           if (keep) keep.grad = keep.grad ? raw.binary("add", keep.grad, grad) : raw.copyAs(grad);
           outs = node.apply(grad);
+          // NB: before release (which may recycle a module's dropped intermediates): one that goes on as a
+          // gradient is not dropped any more (./intermediates.ts)
+          for (const g of outs) if (g) keepIntermediate(g);
           if (!opts.retainGraph) node.release();
         }
       }

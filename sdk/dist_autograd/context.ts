@@ -41,6 +41,12 @@ export class DistAutogradContext {
   readonly knownWorkers = new Set<string>();
   /** True while this worker runs a distributed backward pass it started in this context. */
   backwardRunning = false;
+  /**
+   * Whether a peer's backward pass without retainGraph ran here (so this worker's part of the graph is
+   * released with the context), and whether one with retainGraph did (then it is left to GC).
+   */
+  ranBackward = false;
+  retainedGraph = false;
 
   constructor(readonly id: number) {}
 

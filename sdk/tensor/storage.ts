@@ -34,6 +34,11 @@ export class Storage {
   readonly serial = serials++;
   /** Whether the whole buffer is this storage's own, sized by ./pool.ts (so release() may recycle it). */
   poolable = false;
+  /**
+   * The scope of autograd intermediates (sdk/autograd/intermediates.ts) that will release this storage
+   * once backward is done with it; null when none will.
+   */
+  dropScope: object | null = null;
   /** NB: replaced only by shareMemory_ (same values, new memory). */
   private host: StorageArray | null;
   /** The device memory behind a non-CPU storage; null on the CPU. */
@@ -65,6 +70,7 @@ export class Storage {
       version: 0,
       serial: serials++,
       poolable: false,
+      dropScope: null,
       released: false,
       host: null,
       memory,
