@@ -11,8 +11,9 @@
  *    into `.grad`; distributed autograd passes its per-context map).
  * 5. A node's gradient contributions are summed into one engine-owned buffer
  *    (in place from the third on; see sumInto).
- * 6. With the default accumulation, a leaf whose .grad is null takes its gradient without a copy
- *    when only the engine can hold it: a whole contiguous storage made during this pass (so no
+ * 6. With the default accumulation (or one that keeps only what it is told it owns: accumulateCopies,
+ *    as distributed autograd's context), a leaf whose .grad is null (or that has no gradient in the
+ *    context yet) takes its gradient without a copy when only the engine can hold it: a whole contiguous storage made during this pass (so no
  *    saved tensor or user tensor), handed to exactly one edge (not also passed on, nor a view of
  *    the node's own incoming gradient), and seen by no hook.
  * 7. Likewise a gradient made during this pass and handed to one built-in node alone (no hook, not
@@ -39,7 +40,13 @@ import { AccumulateGrad, FunctionNode, type Node, gradEdge } from "./node.js";
 export interface BackwardOptions {
   retainGraph?: boolean;
   /** Receives each leaf's gradient; default accumulates into leaf.grad. */
-  accumulate?: (leaf: Tensor, grad: Tensor) => void;
+  accumulate?: (leaf: Tensor, grad: Tensor, owned?: boolean) => void;
+  /**
+   * `accumulate` keeps the gradient it is given only when its third argument says the engine alone
+   * held it (owned); else it only reads it. Then, as with the default accumulation, a leaf without
+   * hooks gets such an owned gradient without a copy, and one it only read goes back to the pool.
+   */
+  accumulateCopies?: boolean;
 }
 
 export interface RootGrad {
@@ -118,7 +125,7 @@ const STEAL_SOLE_GRADS = true;
 /** Runs the graph from the given nodes with the given gradients (used by backward() and distributed autograd). */
 export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = {}): void {
   const accumulate = opts.accumulate ?? accumulateIntoGrad;
-  const steal = STEAL_SOLE_GRADS && opts.accumulate === undefined;
+  const steal = STEAL_SOLE_GRADS && (opts.accumulate === undefined || opts.accumulateCopies === true);
   const refs = new GradRefs();
   const deps = new Map<Node, number>();
   const seen = new Set<Node>();
@@ -158,7 +165,8 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
           const hooks = node.variable.gradHooks;
           if (steal && hooks.length === 0) {
             const take = refs.sole(grad);
-            accumulateIntoGrad(node.variable, grad, take);
+            if (opts.accumulate) opts.accumulate(node.variable, grad, take);
+            else accumulateIntoGrad(node.variable, grad, take);
             if (take) refs.escape(grad);
             else refs.consume(grad);
           } else {

@@ -80,7 +80,13 @@ function propagate(
 /** One synchronous engine run from `roots`, then the propagations it caused. */
 async function runLocal(ctx: DistAutogradContext, roots: RootGrad[], retainGraph: boolean): Promise<void> {
   const run = new LocalRun();
-  withLocalRun(run, () => runBackward(roots, { retainGraph: true, accumulate: (leaf, g) => ctx.accumulate(leaf, g) }));
+  withLocalRun(run, () =>
+    runBackward(roots, {
+      retainGraph: true,
+      accumulate: (leaf, g, owned) => ctx.accumulate(leaf, g, owned),
+      accumulateCopies: true,
+    }),
+  );
   await Promise.all(
     [...run.messages].map(([msgId, m]) => propagate(m.from, ctx.id, msgId, m.grads, retainGraph, m.route)),
   );

@@ -182,6 +182,22 @@ describe("a one-worker group calling itself", () => {
     delete (globalThis as { __kept?: Tensor }).__kept;
   });
 
+  it("sums a leaf's gradients over several messages, and a sum once read is never changed in place", async () => {
+    const w = tensor([0.5, -1, 2], { dtype: "float32", requiresGrad: true });
+    const f = (t: Tensor, k: number) => t.mul(t).mul(k);
+    await distAutograd.context(async (ctxId) => {
+      // two messages: two engine runs here, each accumulating into the context
+      const ys = await Promise.all([2, 3].map((k) => rpc.rpcSync<Tensor>("solo", f, [w, k])));
+      await distAutograd.backward(ctxId, [ys[0]!.sum().add(ys[1]!.sum())]);
+      const first = distAutograd.getGradients(ctxId).get(w)!;
+      expect(first.toArray()).toEqual([5, -10, 20]); // 2 * (2 + 3) * w
+      const y = await rpc.rpcSync<Tensor>("solo", f, [w, 1]);
+      await distAutograd.backward(ctxId, [y.sum()]);
+      expect(first.toArray()).toEqual([5, -10, 20]);
+      expect(distAutograd.getGradients(ctxId).get(w)!.toArray()).toEqual([6, -12, 24]);
+    });
+  });
+
   it("trains a remote TransformerBlock bit for bit as a local copy (its intermediates recycled)", async () => {
     const cfg = { nEmbd: 64, nHead: 4, blockSize: 32, dropout: 0 };
     const rm = new RemoteModule("solo/cpu", nn.TransformerBlock, [cfg]);
