@@ -173,6 +173,8 @@ export class Storage {
     if (this.host === null || arr.length !== this.numel || arr.constructor !== this.host.constructor)
       throw new DeviceError(`adoptHost_: a ${arr.constructor.name} of ${arr.length} elements cannot back this storage`);
     this.host = arr;
+    // NB: the received memory is not a buffer ./pool.ts sized for this storage alone
+    this.poolable = false;
     this.version++;
   }
 
