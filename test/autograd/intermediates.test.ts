@@ -7,7 +7,7 @@
  * a reused buffer would change the values these tests snapshot.
  */
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { ShapeError, type Tensor, manualSeed, nn, noGrad, randn } from "../../sdk/index.js";
+import { ShapeError, type Tensor, manualSeed, nn, noGrad, randint, randn } from "../../sdk/index.js";
 import { POOL_MAX_BYTES, clearPool, poolStats, setPoolLimit } from "../../sdk/tensor/pool.js";
 import { describeEachBackend } from "../helpers.js";
 
@@ -149,6 +149,47 @@ describeEachBackend("autograd: module intermediates recycled after backward", ()
     const r0 = poolStats().releases;
     expect(run()).toEqual(off);
     expect(poolStats().releases).toBeGreaterThan(r0);
+  });
+
+  it("in a whole GPT (embeddings, blocks, head, cross-entropy) give bit-identical training and generation", () => {
+    const gptCfg = { vocabSize: 70, nLayer: 2, nEmbd: 64, nHead: 4, blockSize: 32, dropout: 0 };
+    const run = (userBlock: boolean) => {
+      manualSeed(21);
+      const model = new nn.GPT(gptCfg);
+      const kept: { t: Tensor; values: number[] }[] = [];
+      if (userBlock) {
+        // a user's module in the block list: the GPT must not drop what it gives it or gets back
+        class Keeping extends nn.Module<[Tensor], Tensor> {
+          constructor(readonly inner: InstanceType<typeof nn.TransformerBlock>) {
+            super();
+          }
+          forward(x: Tensor): Tensor {
+            const y = this.inner.forward(x);
+            kept.push({ t: x, values: x.toArray() }, { t: y, values: y.toArray() });
+            return y;
+          }
+        }
+        const blocks = [...model.blocks];
+        model.blocks = new nn.ModuleList([
+          blocks[0]!,
+          new Keeping(blocks[1]!) as unknown as InstanceType<typeof nn.TransformerBlock>,
+        ]);
+      }
+      manualSeed(22);
+      const losses: number[] = [];
+      for (let step = 0; step < 3; step++) {
+        const idx = randint(0, gptCfg.vocabSize, [4, 32]);
+        const { loss } = model.forward(idx, randint(0, gptCfg.vocabSize, [4, 32]));
+        loss!.backward();
+        losses.push(loss!.item() as number);
+      }
+      const gen = model.generate(randint(0, gptCfg.vocabSize, [2, 4]), 8).toArray();
+      for (const k of kept) expect(k.t.toArray()).toEqual(k.values);
+      return { losses, gen, grads: model.parameters().map((p) => p.grad!.toArray()) };
+    };
+    const off = poolOff(() => run(false));
+    expect(run(false)).toEqual(off);
+    expect(run(true)).toEqual(off);
   });
 
   it("an error inside a forward drops nothing and leaves later passes right", () => {
