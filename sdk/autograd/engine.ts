@@ -61,11 +61,21 @@ function addGrads(a: Tensor | undefined, b: Tensor): Tensor {
 /**
  * Sums gradient contributions for one node. The first sum of two is a fresh tensor that only the
  * engine holds (`owned`); later contributions are added into it in place (an elementwise out may
- * alias an input), so a node with k inputs of gradient allocates one buffer, not k - 1.
+ * alias an input), so a node with k inputs of gradient allocates one buffer, not k - 1. When the
+ * first contribution itself is a whole storage made during this pass that only this buffer holds
+ * (GradRefs.sole: no hook, view or other consumer can see it), the second is added into it too, and
+ * the node allocates nothing.
  */
 function sumInto(owned: Set<Tensor>, refs: GradRefs, a: Tensor | undefined, b: Tensor): Tensor {
-  if (a !== undefined && owned.has(a) && a.dtype === b.dtype && arraysEqual(a.shape, b.shape)) {
+  if (
+    a !== undefined &&
+    (owned.has(a) || refs.sole(a)) &&
+    a.storage !== b.storage &&
+    a.dtype === b.dtype &&
+    arraysEqual(a.shape, b.shape)
+  ) {
     getBackend().binary("add", a, b, a);
+    owned.add(a);
     refs.consume(b);
     return a;
   }
