@@ -304,7 +304,10 @@ function timeline(bd: Breakdown): string[] {
 
 /** Each process's CPU time per timed pipeline step. */
 const cpuLine = (bd: Breakdown): string =>
-  `  CPU per timed step (user + system; ${bd.wallMsPerStep.toFixed(1)} ms of wall per step, ${os.availableParallelism()} cores): ${bd.cpu.map((c) => `${c.name} ${c.msPerStep.toFixed(1)} ms`).join(", ")}\n` +
+  `  CPU per timed step (user + system; ${bd.wallMsPerStep.toFixed(1)} ms of wall per step, ${os.availableParallelism()} cores): ${bd.cpu.map((c) => `${c.name} ${c.msPerStep.toFixed(1)} ms`).join(", ")}`;
+
+/** Each process's garbage collections over the timed pipeline steps. */
+const gcLine = (bd: Breakdown): string =>
   `  GCs over the ${bd.steps} timed steps (major / minor / other, pause ms per step): ${bd.cpu.map((c) => `${c.name} ${c.gc.major} / ${c.gc.minor} / ${c.gc.other}, ${(c.gc.pauseMs / bd.steps).toFixed(1)} ms`).join("; ")}`;
 
 /** tprpc's pipelined GPT: median ms per step, the last loss, and one profiled step's breakdown. */
@@ -470,7 +473,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
       process.stdout.write(
         `pipelined GPT, tprpc: ${ours.ms.toFixed(1)} ms/step  ${fmtTok(ours.ms)}  (loss ${ours.loss.toFixed(4)})\n`,
       );
-      process.stdout.write(`${cpuLine(ours.breakdown)}\n`);
+      process.stdout.write(`${cpuLine(ours.breakdown)}\n${gcLine(ours.breakdown)}\n`);
       if (argv.includes("--timeline")) process.stdout.write(`${timeline(ours.breakdown).join("\n")}\n`);
       return;
     }
@@ -529,6 +532,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   out.push("");
   const bd = ours.breakdown;
   out.push(`${cpuLine(bd)}; unsplit's whole step ${alone.toFixed(1)} ms`);
+  out.push(gcLine(bd));
   out.push(
     `  one profiled tprpc step (${bd.stepMs.toFixed(1)} ms; stage 1 and stage 2 forwards overlapped ${bd.overlapMs.toFixed(1)} ms), rpc.profiler on all three processes:`,
   );
