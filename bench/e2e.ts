@@ -28,7 +28,11 @@
  * ones: 1,000, 100 with --quick), --micro K, --threads T, --no-torch,
  * --load N (N busy processes beside both sides, bench/load.ts), --gpt-only (only tprpc's pipelined GPT,
  * one line: a quick loop for hunting hangs in it, as issue 23's), --timeline (every call of the profiled
- * pipelined step on one time axis, all three processes).
+ * pipelined step on one time axis, all three processes), --cpu-prof DIR (the two workers run under
+ * node --cpu-prof and write their profiles into DIR as they exit).
+ *
+ * Beside the CPU time per timed step of each process, the output counts each process's garbage
+ * collections over the timed steps (major / minor / other) and their pauses per step.
  */
 import * as sdk from "../sdk/index.js";
 import {
@@ -111,6 +115,8 @@ interface Opts {
   warmup: number;
   micro: number;
   threads: number;
+  /** --cpu-prof DIR: the workers run under node --cpu-prof, writing their profiles into DIR. */
+  cpuProfDir?: string;
 }
 
 interface Breakdown {
@@ -118,9 +124,11 @@ interface Breakdown {
   /** The profiled step's records and garbage collections of all three processes, for --timeline. */
   records: [string, sdk.rpc.CallRecord[]][];
   gcs: [string, GcSpan[]][];
-  /** CPU time (user + system) per timed step of each process, and the master's wall time per step. */
-  cpu: { name: string; msPerStep: number }[];
+  /** CPU time (user + system) per timed step of each process, its GCs over the timed steps, and the master's wall time per step. */
+  cpu: { name: string; msPerStep: number; gc: GcTally }[];
   wallMsPerStep: number;
+  /** How many timed steps the CPU and GC figures cover. */
+  steps: number;
   /** How long stage 1's and stage 2's forwards computed at once in the profiled step (rpc.profiler.overlapMs). */
   overlapMs: number;
   rows: {
@@ -182,11 +190,52 @@ const cpuMs = (): number => {
   return (u.user + u.system) / 1e3;
 };
 
+/** Garbage collections of one process over the timed steps: how many of each kind, and their pauses. */
+interface GcTally {
+  major: number;
+  minor: number;
+  /** Incremental marking steps and weak callbacks. */
+  other: number;
+  pauseMs: number;
+}
+
+/**
+ * Shipped to the workers (and run here): starts (true) counting this process's garbage collections,
+ * or stops (false) and returns the tally.
+ */
+const gcTally = (on: boolean): GcTally => {
+  const g = globalThis as unknown as {
+    __benchGcTally?: { obs: { disconnect(): void }; t: GcTally };
+    PerformanceObserver: typeof import("node:perf_hooks").PerformanceObserver;
+  };
+  if (on) {
+    const t: GcTally = { major: 0, minor: 0, other: 0, pauseMs: 0 };
+    const obs = new g.PerformanceObserver((list) => {
+      for (const e of list.getEntries()) {
+        // NB: perf_hooks' constants: 1 minor, 4 major (GC_KINDS)
+        const kind = (e as unknown as { detail?: { kind?: number } }).detail?.kind ?? 0;
+        if (kind === 4) t.major++;
+        else if (kind === 1) t.minor++;
+        else t.other++;
+        t.pauseMs += e.duration;
+      }
+    });
+    obs.observe({ entryTypes: ["gc"] });
+    g.__benchGcTally = { obs, t };
+    return t;
+  }
+  const cur = g.__benchGcTally;
+  // NB: entries are delivered asynchronously; take what has arrived
+  cur?.obs.disconnect();
+  delete g.__benchGcTally;
+  return cur?.t ?? { major: 0, minor: 0, other: 0, pauseMs: 0 };
+};
+
 /** The profiled step's rows (per caller, callee and target) and its forward overlap. */
 function breakdown(
   stepMs: number,
   byCaller: [string, sdk.rpc.CallRecord[]][],
-): Omit<Breakdown, "cpu" | "wallMsPerStep" | "records" | "gcs"> {
+): Omit<Breakdown, "cpu" | "wallMsPerStep" | "steps" | "records" | "gcs"> {
   const rows = new Map<string, Breakdown["rows"][number]>();
   for (const [caller, records] of byCaller)
     for (const r of records) {
@@ -257,9 +306,14 @@ function timeline(bd: Breakdown): string[] {
 const cpuLine = (bd: Breakdown): string =>
   `  CPU per timed step (user + system; ${bd.wallMsPerStep.toFixed(1)} ms of wall per step, ${os.availableParallelism()} cores): ${bd.cpu.map((c) => `${c.name} ${c.msPerStep.toFixed(1)} ms`).join(", ")}`;
 
+/** Each process's garbage collections over the timed pipeline steps. */
+const gcLine = (bd: Breakdown): string =>
+  `  GCs over the ${bd.steps} timed steps (major / minor / other, pause ms per step): ${bd.cpu.map((c) => `${c.name} ${c.gc.major} / ${c.gc.minor} / ${c.gc.other}, ${(c.gc.pauseMs / bd.steps).toFixed(1)} ms`).join("; ")}`;
+
 /** tprpc's pipelined GPT: median ms per step, the last loss, and one profiled step's breakdown. */
 async function tprpcPipeline(o: Opts): Promise<{ ms: number; loss: number; breakdown: Breakdown }> {
-  const cluster = await startLocalWorkers({ workers: 2 });
+  const nodeArgs = o.cpuProfDir ? ["--cpu-prof", `--cpu-prof-dir=${o.cpuProfDir}`] : [];
+  const cluster = await startLocalWorkers({ workers: 2, nodeArgs });
   try {
     await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 300_000, initTimeoutMs: 30_000 });
     for (const w of ["worker1", "worker2"]) await rpc.rpcSync(w, (n: number) => tprpc.setNumThreads(n), [o.threads]);
@@ -287,6 +341,9 @@ async function tprpcPipeline(o: Opts): Promise<{ ms: number; loss: number; break
     let loss = 0;
     const names = ["master", "worker1", "worker2"];
     const cpuNow = () => Promise.all(names.map((n) => (n === "master" ? cpuMs() : rpc.rpcSync<number>(n, cpuMs))));
+    const gcNow = (on: boolean) =>
+      Promise.all(names.map((n) => (n === "master" ? gcTally(on) : rpc.rpcSync<GcTally>(n, gcTally, [on]))));
+    await gcNow(true);
     const cpu0 = await cpuNow();
     const wall0 = now();
     for (let i = 0; i < o.steps; i++) {
@@ -296,7 +353,8 @@ async function tprpcPipeline(o: Opts): Promise<{ ms: number; loss: number; break
     }
     const wallMsPerStep = ((now() - wall0) * 1e3) / o.steps;
     const cpu1 = await cpuNow();
-    const cpu = names.map((name, i) => ({ name, msPerStep: (cpu1[i]! - cpu0[i]!) / o.steps }));
+    const gcs1 = await gcNow(false);
+    const cpu = names.map((name, i) => ({ name, msPerStep: (cpu1[i]! - cpu0[i]!) / o.steps, gc: gcs1[i]! }));
     for (const w of ["worker1", "worker2"]) await rpc.rpcSync(w, profileWorker, [true]);
     profileWorker(true);
     const t0 = now();
@@ -316,10 +374,16 @@ async function tprpcPipeline(o: Opts): Promise<{ ms: number; loss: number; break
     return {
       ms: median(times) * 1e3,
       loss,
-      breakdown: { ...breakdown(stepMs, byCaller), cpu, wallMsPerStep, records: byCaller, gcs },
+      breakdown: { ...breakdown(stepMs, byCaller), cpu, wallMsPerStep, steps: o.steps, records: byCaller, gcs },
     };
   } finally {
     await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
+    // NB: a worker writes its --cpu-prof profile as it exits: let it leave on its own before close() kills it
+    if (o.cpuProfDir)
+      await Promise.race([
+        Promise.all(cluster.workers.map((w) => w.exited)),
+        new Promise((r) => setTimeout(r, 20_000).unref()),
+      ]);
     await cluster.close();
   }
 }
@@ -382,6 +446,8 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
     micro: num("--micro", 4),
     threads: num("--threads", 1),
   };
+  const profDir = argv.indexOf("--cpu-prof");
+  if (profDir >= 0) o.cpuProfDir = path.resolve(argv[profDir + 1] ?? ".");
   const loadN = num("--load", 0);
   const load = await startLoad(loadN);
   const wall = now();
@@ -407,7 +473,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
       process.stdout.write(
         `pipelined GPT, tprpc: ${ours.ms.toFixed(1)} ms/step  ${fmtTok(ours.ms)}  (loss ${ours.loss.toFixed(4)})\n`,
       );
-      process.stdout.write(`${cpuLine(ours.breakdown)}\n`);
+      process.stdout.write(`${cpuLine(ours.breakdown)}\n${gcLine(ours.breakdown)}\n`);
       if (argv.includes("--timeline")) process.stdout.write(`${timeline(ours.breakdown).join("\n")}\n`);
       return;
     }
@@ -466,6 +532,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   out.push("");
   const bd = ours.breakdown;
   out.push(`${cpuLine(bd)}; unsplit's whole step ${alone.toFixed(1)} ms`);
+  out.push(gcLine(bd));
   out.push(
     `  one profiled tprpc step (${bd.stepMs.toFixed(1)} ms; stage 1 and stage 2 forwards overlapped ${bd.overlapMs.toFixed(1)} ms), rpc.profiler on all three processes:`,
   );

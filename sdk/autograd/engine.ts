@@ -11,8 +11,9 @@
  *    into `.grad`; distributed autograd passes its per-context map).
  * 5. A node's gradient contributions are summed into one engine-owned buffer
  *    (in place from the third on; see sumInto).
- * 6. With the default accumulation, a leaf whose .grad is null takes its gradient without a copy
- *    when only the engine can hold it: a whole contiguous storage made during this pass (so no
+ * 6. With the default accumulation (or one that keeps only what it is told it owns: accumulateCopies,
+ *    as distributed autograd's context), a leaf whose .grad is null (or that has no gradient in the
+ *    context yet) takes its gradient without a copy when only the engine can hold it: a whole contiguous storage made during this pass (so no
  *    saved tensor or user tensor), handed to exactly one edge (not also passed on, nor a view of
  *    the node's own incoming gradient), and seen by no hook.
  * 7. Likewise a gradient made during this pass and handed to one built-in node alone (no hook, not
@@ -20,6 +21,8 @@
  *    output pool (sdk/tensor/pool.ts), so backward reuses memory instead of piling it up for the GC.
  *    Nodes recorded by user code (autograd.recordOp) and other Node kinds (distributed autograd's)
  *    are never recycled from.
+ * 8. A node's outputs that are module intermediates (./intermediates.ts) are kept, not dropped, before
+ *    the node is released (a release may recycle the intermediates its scope dropped).
  *
  * Backward rules run with grad mode off. Nodes free their saved tensors after
  * running unless retainGraph is set.
@@ -31,12 +34,19 @@ import * as raw from "../tensor/raw.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { noGrad } from "./grad_mode.js";
 import { GradRefs } from "./grad_refs.js";
+import { keep as keepIntermediate } from "./intermediates.js";
 import { AccumulateGrad, FunctionNode, type Node, gradEdge } from "./node.js";
 
 export interface BackwardOptions {
   retainGraph?: boolean;
   /** Receives each leaf's gradient; default accumulates into leaf.grad. */
-  accumulate?: (leaf: Tensor, grad: Tensor) => void;
+  accumulate?: (leaf: Tensor, grad: Tensor, owned?: boolean) => void;
+  /**
+   * `accumulate` keeps the gradient it is given only when its third argument says the engine alone
+   * held it (owned); else it only reads it. Then, as with the default accumulation, a leaf without
+   * hooks gets such an owned gradient without a copy, and one it only read goes back to the pool.
+   */
+  accumulateCopies?: boolean;
 }
 
 export interface RootGrad {
@@ -51,11 +61,21 @@ function addGrads(a: Tensor | undefined, b: Tensor): Tensor {
 /**
  * Sums gradient contributions for one node. The first sum of two is a fresh tensor that only the
  * engine holds (`owned`); later contributions are added into it in place (an elementwise out may
- * alias an input), so a node with k inputs of gradient allocates one buffer, not k - 1.
+ * alias an input), so a node with k inputs of gradient allocates one buffer, not k - 1. When the
+ * first contribution itself is a whole storage made during this pass that only this buffer holds
+ * (GradRefs.sole: no hook, view or other consumer can see it), the second is added into it too, and
+ * the node allocates nothing.
  */
 function sumInto(owned: Set<Tensor>, refs: GradRefs, a: Tensor | undefined, b: Tensor): Tensor {
-  if (a !== undefined && owned.has(a) && a.dtype === b.dtype && arraysEqual(a.shape, b.shape)) {
+  if (
+    a !== undefined &&
+    (owned.has(a) || refs.sole(a)) &&
+    a.storage !== b.storage &&
+    a.dtype === b.dtype &&
+    arraysEqual(a.shape, b.shape)
+  ) {
     getBackend().binary("add", a, b, a);
+    owned.add(a);
     refs.consume(b);
     return a;
   }
@@ -115,7 +135,7 @@ const STEAL_SOLE_GRADS = true;
 /** Runs the graph from the given nodes with the given gradients (used by backward() and distributed autograd). */
 export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = {}): void {
   const accumulate = opts.accumulate ?? accumulateIntoGrad;
-  const steal = STEAL_SOLE_GRADS && opts.accumulate === undefined;
+  const steal = STEAL_SOLE_GRADS && (opts.accumulate === undefined || opts.accumulateCopies === true);
   const refs = new GradRefs();
   const deps = new Map<Node, number>();
   const seen = new Set<Node>();
@@ -155,7 +175,8 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
           const hooks = node.variable.gradHooks;
           if (steal && hooks.length === 0) {
             const take = refs.sole(grad);
-            accumulateIntoGrad(node.variable, grad, take);
+            if (opts.accumulate) opts.accumulate(node.variable, grad, take);
+            else accumulateIntoGrad(node.variable, grad, take);
             if (take) refs.escape(grad);
             else refs.consume(grad);
           } else {
@@ -172,6 +193,9 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
           const keep = node.retainGradOf?.deref();
           if (keep) keep.grad = keep.grad ? raw.binary("add", keep.grad, grad) : raw.copyAs(grad);
           outs = node.apply(grad);
+          // NB: before release (which may recycle a module's dropped intermediates): one that goes on as a
+          // gradient is not dropped any more (./intermediates.ts)
+          for (const g of outs) if (g) keepIntermediate(g);
           if (!opts.retainGraph) node.release();
         }
       }

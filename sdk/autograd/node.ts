@@ -9,6 +9,7 @@
  */
 import { AutogradError } from "../errors/index.js";
 import type { GradFnRef, GradHook, Tensor } from "../tensor/tensor.js";
+import { type Scope, enterNode, leaveNode } from "./intermediates.js";
 
 let sequence = 0;
 
@@ -60,6 +61,8 @@ export class FunctionNode extends Node {
   private saved: SavedTensor[];
   /** Recorded by user code (autograd.recordOp): its backward may keep the gradient it is given. */
   custom = false;
+  /** The innermost scope of module intermediates open when this node was made (./intermediates.ts). */
+  private scope: Scope | null = enterNode();
 
   constructor(
     readonly name: string,
@@ -89,6 +92,10 @@ export class FunctionNode extends Node {
   override release(): void {
     this.fn = null;
     this.saved = [];
+    // NB: after dropping the closure: nothing it captured can be read through this node any more
+    const scope = this.scope;
+    this.scope = null;
+    leaveNode(scope);
   }
 }
 

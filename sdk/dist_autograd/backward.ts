@@ -23,7 +23,9 @@
  * caller's local graph is released at the end when retainGraph is false, the
  * other workers' parts when the context is released.
  *
- * Cleanup (releaseContext): drop the context here, then tell every worker it
+ * Cleanup (releaseContext): drop the context here (and, after a backward pass without retainGraph,
+ * release this worker's part of the graph: every node reachable from the context's send nodes), then
+ * tell every worker it
  * exchanged messages with (`__tprpcDistAutogradCleanup`), which does the same
  * for its own peers; a worker that no longer has the context stops there.
  * Unreachable workers are skipped. The returned promise settles once the
@@ -78,7 +80,13 @@ function propagate(
 /** One synchronous engine run from `roots`, then the propagations it caused. */
 async function runLocal(ctx: DistAutogradContext, roots: RootGrad[], retainGraph: boolean): Promise<void> {
   const run = new LocalRun();
-  withLocalRun(run, () => runBackward(roots, { retainGraph: true, accumulate: (leaf, g) => ctx.accumulate(leaf, g) }));
+  withLocalRun(run, () =>
+    runBackward(roots, {
+      retainGraph: true,
+      accumulate: (leaf, g, owned) => ctx.accumulate(leaf, g, owned),
+      accumulateCopies: true,
+    }),
+  );
   await Promise.all(
     [...run.messages].map(([msgId, m]) => propagate(m.from, ctx.id, msgId, m.grads, retainGraph, m.route)),
   );
@@ -93,6 +101,8 @@ async function onPropagate(ctxId: number, msgId: number, grads: unknown, retainG
     throw new AutogradError("gradients must arrive as a list of tensors (or nulls)");
   const list = grads as (Tensor | null)[];
   send.setGrads(list);
+  if (retainGraph) ctx.retainedGraph = true;
+  else ctx.ranBackward = true;
   const first = list.find((g): g is Tensor => g !== null);
   if (!first) return null;
   debug(4, "dist_autograd", `running send ${msgId} of context ${ctxId}`);
@@ -154,6 +164,10 @@ export function getGradients(ctxId: number): Map<Tensor, Tensor> {
 export async function releaseContext(ctxId: number, except?: string): Promise<void> {
   const ctx = dropContext(ctxId);
   if (!ctx) return;
+  // NB: as PyTorch frees each worker's graph after a backward without retain_graph: this worker's part
+  // (its runs kept it for later messages) is released now, so what it saved (module intermediates:
+  // sdk/autograd/intermediates.ts) goes back to the pool at once instead of at a later GC
+  if (ctx.ranBackward && !ctx.retainedGraph) for (const n of reachable([...ctx.sends.values()])) n.release();
   const peers = [...ctx.knownWorkers].filter((w) => w !== except);
   await Promise.all(
     peers.map((w) =>

@@ -21,9 +21,10 @@
  */
 import { AsyncLocalStorage } from "node:async_hooks";
 import { AutogradError } from "../errors/index.js";
+import { getBackend } from "../tensor/backend/registry.js";
 import * as raw from "../tensor/raw.js";
 import type { Tensor } from "../tensor/tensor.js";
-import { debug } from "../util/index.js";
+import { arraysEqual, debug } from "../util/index.js";
 import { currentAgent, getWorkerInfo } from "../rpc/api.js";
 import type { Agent } from "../rpc/agent.js";
 import { addStateSection } from "../rpc/state_dump.js";
@@ -33,21 +34,57 @@ import type { SendNode } from "./functions.js";
 const ID_SHIFT = 2 ** 32;
 
 export class DistAutogradContext {
-  /** This worker's leaf gradients, summed over the backward passes run in this context. */
-  readonly grads = new Map<Tensor, Tensor>();
+  readonly #grads = new Map<Tensor, Tensor>();
+  /** Whether anyone outside accumulate() has seen #grads (its tensors may be held there). */
+  #exposed = false;
+
+  /**
+   * This worker's leaf gradients, summed over the backward passes run in this context. Once read
+   * here, later contributions add out of place (a reader may hold the tensors); before, in place.
+   */
+  get grads(): Map<Tensor, Tensor> {
+    this.#exposed = true;
+    return this.#grads;
+  }
   /** Send nodes recorded here, by the autograd message id their peer's recv nodes carry. */
   readonly sends = new Map<number, SendNode>();
   /** Workers this context exchanged messages with (cleanup is sent to them). */
   readonly knownWorkers = new Set<string>();
   /** True while this worker runs a distributed backward pass it started in this context. */
   backwardRunning = false;
+  /**
+   * Whether a peer's backward pass without retainGraph ran here (so this worker's part of the graph is
+   * released with the context), and whether one with retainGraph did (then it is left to GC).
+   */
+  ranBackward = false;
+  retainedGraph = false;
 
   constructor(readonly id: number) {}
 
-  /** The engine's accumulate callback: a fresh tensor, never aliasing the graph's. */
-  accumulate(leaf: Tensor, grad: Tensor): void {
-    const prev = this.grads.get(leaf);
-    this.grads.set(leaf, prev ? raw.binary("add", prev, grad) : raw.copyAs(grad));
+  /**
+   * The engine's accumulate callback (runBackward's accumulateCopies contract): keeps `grad` itself
+   * only when `owned` (the engine alone held it); else copies it, or adds it into the sum so far (in
+   * place while no one has read the sums, so only this context holds them).
+   */
+  accumulate(leaf: Tensor, grad: Tensor, owned = false): void {
+    const prev = this.#grads.get(leaf);
+    if (!prev) {
+      this.#grads.set(leaf, owned ? grad : raw.copyAs(grad));
+      return;
+    }
+    if (
+      !this.#exposed &&
+      prev.dtype === grad.dtype &&
+      prev.base === null &&
+      prev.isContiguous() &&
+      prev.storage.length === prev.numel() &&
+      arraysEqual(prev.shape, grad.shape)
+    ) {
+      getBackend().binary("add", prev, grad, prev);
+      prev.storage.version++;
+      return;
+    }
+    this.#grads.set(leaf, raw.binary("add", prev, grad));
   }
 }
 

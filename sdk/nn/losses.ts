@@ -13,6 +13,7 @@
 import { DTypeError, IndexError, ShapeError, ValueError } from "../errors/index.js";
 import { where } from "../autograd/ops/elementwise.js";
 import type { Tensor } from "../tensor/tensor.js";
+import { dropping } from "./intermediates.js";
 
 export type Reduction = "mean" | "sum" | "none";
 
@@ -147,6 +148,11 @@ export function nllLoss(input: Tensor, target: Tensor, opts: WeightedLossOptions
  * (int64) or of class probabilities (floating point, the input's shape).
  */
 export function crossEntropy(input: Tensor, target: Tensor, opts: CrossEntropyOptions = {}): Tensor {
+  // NB: the log-probabilities and the rest made here are this function's own (sdk/nn/intermediates.ts)
+  return dropping(true, (drop) => crossEntropyOf(input, target, opts, drop));
+}
+
+function crossEntropyOf(input: Tensor, target: Tensor, opts: CrossEntropyOptions, drop: Tensor[]): Tensor {
   checkFloatingInput(input, "crossEntropy");
   const ignoreIndex = opts.ignoreIndex ?? -100;
   const reduction = checkReduction(opts.reduction ?? "mean");
@@ -170,6 +176,7 @@ export function crossEntropy(input: Tensor, target: Tensor, opts: CrossEntropyOp
       throw new DTypeError(`Expected floating point type for target with class probabilities, got ${target.dtype}`);
     if (ignoreIndex >= 0) throw new ValueError("ignore_index is not supported for floating point target");
     const logp = input.logSoftmax(classDim);
+    drop.push(logp);
     const tgt = smoothing > 0 ? target.mul(1 - smoothing).add(smoothing / C) : target;
     let prod = logp.mul(tgt);
     if (wView) prod = prod.mul(wView);
@@ -182,6 +189,7 @@ export function crossEntropy(input: Tensor, target: Tensor, opts: CrossEntropyOp
   }
   checkIndexTarget(input, target, weight, ignoreIndex);
   const logp = input.logSoftmax(classDim);
+  drop.push(logp);
   const parts = nllParts(logp, target, weight, ignoreIndex, classDim);
   const nll = nllReduce(parts, reduction);
   if (smoothing === 0) return nll;

@@ -5,7 +5,9 @@
  * owner that knows when such a buffer is dead is the autograd engine: a gradient it made during a
  * backward pass and handed to exactly one node is garbage once that node has run
  * (sdk/autograd/engine.ts). It gives the storage back here (Storage.release), and the next
- * output of that byte size (Storage.allocUninit, via raw.output) takes it instead of a new one.
+ * output of that byte size (Storage.allocUninit, via raw.output) takes it instead of a new one. The
+ * SDK's modules' forward intermediates come back the same way once backward is done with them
+ * (sdk/autograd/intermediates.ts).
  *
  * Only buffers this module sized itself are kept (POOL_MIN_BYTES and up), by exact byte length,
  * last in first out (the warmest in cache), at most the limit (setPoolLimit) in all; the rest are
@@ -32,7 +34,7 @@ export function setPoolLimit(bytes: number): number {
 
 const free = new Map<number, ArrayBuffer[]>();
 let kept = 0;
-const counters = { reuses: 0, releases: 0 };
+const counters = { reuses: 0, releases: 0, fresh: 0, freshBytes: 0 };
 
 /** A recycled buffer of exactly `bytes` bytes (contents undefined), or null. */
 export function takeBuffer(bytes: number): ArrayBuffer | null {
@@ -57,11 +59,21 @@ export function giveBuffer(b: ArrayBuffer): void {
 
 /** A fresh buffer of `bytes` bytes for a large output: recycled, or new (not zeroed). */
 export function outputBuffer(bytes: number): ArrayBuffer {
-  return takeBuffer(bytes) ?? (Buffer.allocUnsafeSlow(bytes).buffer as ArrayBuffer);
+  const b = takeBuffer(bytes);
+  if (b !== null) return b;
+  counters.fresh++;
+  counters.freshBytes += bytes;
+  return Buffer.allocUnsafeSlow(bytes).buffer as ArrayBuffer;
 }
 
-/** Bytes kept and buffers reused and released so far (benchmarks, tests). */
-export function poolStats(): { keptBytes: number; reuses: number; releases: number } {
+/** Bytes kept, buffers reused and released, and fresh buffers (and their bytes) made so far (benchmarks, tests). */
+export function poolStats(): {
+  keptBytes: number;
+  reuses: number;
+  releases: number;
+  fresh: number;
+  freshBytes: number;
+} {
   return { keptBytes: kept, ...counters };
 }
 

@@ -15,7 +15,7 @@ import { type Device, assertDeviceUsable, cpu } from "./device.js";
 import { getBackend } from "./backend/registry.js";
 import { deviceBackendFor } from "./backend/devices.js";
 import type { DeviceMemory } from "./backend/interface.js";
-import { POOL_MIN_BYTES, giveBuffer, outputBuffer } from "./pool.js";
+import { POOL_MIN_BYTES, giveBuffer, outputBuffer, takeBuffer } from "./pool.js";
 
 /** Storages at least this many elements long may come from the backend's allocator. */
 const LARGE = 1 << 14;
@@ -34,6 +34,11 @@ export class Storage {
   readonly serial = serials++;
   /** Whether the whole buffer is this storage's own, sized by ./pool.ts (so release() may recycle it). */
   poolable = false;
+  /**
+   * The scope of autograd intermediates (sdk/autograd/intermediates.ts) that will release this storage
+   * once backward is done with it; null when none will.
+   */
+  dropScope: object | null = null;
   /** NB: replaced only by shareMemory_ (same values, new memory). */
   private host: StorageArray | null;
   /** The device memory behind a non-CPU storage; null on the CPU. */
@@ -65,6 +70,7 @@ export class Storage {
       version: 0,
       serial: serials++,
       poolable: false,
+      dropScope: null,
       released: false,
       host: null,
       memory,
@@ -79,7 +85,16 @@ export class Storage {
   static alloc(dtype: DType, numel: number, device: Device = cpu): Storage {
     if (device.type !== "cpu") return deviceAlloc(dtype, numel, device, true);
     const fromBackend = numel >= LARGE ? getBackend().allocArray?.(dtype, numel) : null;
-    return new Storage(fromBackend ?? allocArray(dtype, numel), dtype, device);
+    if (fromBackend) return new Storage(fromBackend, dtype, device);
+    const bytes = numel * itemSize(dtype);
+    if (bytes < POOL_MIN_BYTES) return new Storage(allocArray(dtype, numel), dtype, device);
+    // NB: a large zeroed storage is its buffer's sole owner too (poolable): a recycled buffer, zeroed
+    // here, or a new one (zeroed by the allocator)
+    const reused = takeBuffer(bytes);
+    if (reused) new Uint8Array(reused).fill(0);
+    const s = new Storage(reused ? arrayOver(dtype, reused, numel) : allocArray(dtype, numel), dtype, device);
+    s.poolable = true;
+    return s;
   }
 
   /** Storage whose contents are undefined, for kernel outputs that overwrite every element. */
@@ -158,6 +173,8 @@ export class Storage {
     if (this.host === null || arr.length !== this.numel || arr.constructor !== this.host.constructor)
       throw new DeviceError(`adoptHost_: a ${arr.constructor.name} of ${arr.length} elements cannot back this storage`);
     this.host = arr;
+    // NB: the received memory is not a buffer ./pool.ts sized for this storage alone
+    this.poolable = false;
     this.version++;
   }
 

@@ -6,8 +6,8 @@
  * shared input, a hook and micro-batches accumulating into .grad, on every backend.
  */
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { manualSeed, nn, rand, randn, type Tensor } from "../../sdk/index.js";
-import { POOL_MAX_BYTES, clearPool, poolStats, setPoolLimit } from "../../sdk/tensor/pool.js";
+import { manualSeed, nn, rand, randn, type Tensor, zeros } from "../../sdk/index.js";
+import { POOL_MAX_BYTES, clearPool, giveBuffer, poolStats, setPoolLimit } from "../../sdk/tensor/pool.js";
 import { describeEachBackend } from "../helpers.js";
 
 /** Gradients of a few micro-batches through a residual MLP with views and a split. */
@@ -57,6 +57,15 @@ describeEachBackend("autograd: recycled gradient buffers", () => {
     expect(on.xs).toEqual(off.xs);
     expect(on.hooked).toEqual(off.hooked);
     expect(on.hooked.length).toBe(256 * 128);
+  });
+
+  it("a zeroed tensor over a recycled buffer reads zeros", () => {
+    const n = 8192; // 32 kB of float32: a pooled size
+    giveBuffer(new Float32Array(n).fill(7).buffer);
+    const before = poolStats().reuses;
+    const z = zeros([n]);
+    expect(poolStats().reuses).toBe(before + 1);
+    expect(z.toArray().every((v) => v === 0)).toBe(true);
   });
 
   it("a gradient a hook kept keeps its values after later passes", () => {

@@ -35,6 +35,30 @@ const idx = (vals: number[], shape?: number[]) => {
 };
 
 const cases: Case[] = [
+  // fan-in: a node's gradient summed from contributions that are passed through (add gives the same
+  // tensor to both inputs), shared with another consumer, or views (the engine adds in place into a
+  // contribution only it holds, sdk/autograd/engine.ts sumInto)
+  [
+    "fan-in of passed-through, shared and viewed gradients",
+    () => [f64([3, 4]), f64([3, 4])],
+    (a, b) => {
+      const h = a.mul(1.5);
+      const p = h.add(h);
+      const q = p.add(h.mul(b)).add(b);
+      const r = q.reshape([4, 3]).t().add(h).mul(p);
+      return r.add(q.mul(q)).add(h.exp());
+    },
+  ],
+  [
+    "fan-in where one consumer of a shared gradient has run before the sum",
+    () => [f64([2, 6])],
+    (a) => {
+      const h = a.sin();
+      const s = h.add(a); // AddBackward hands one tensor to h's node and to a's accumulator
+      const t = s.mul(2).add(h.reshape([3, 4]).reshape([2, 6]));
+      return t.mul(s);
+    },
+  ],
   ["add (broadcast)", () => [f64([3, 4]), f64([4])], (a, b) => a.add(b)],
   ["add alpha", () => [f64([2, 3]), f64([2, 1])], (a, b) => a.add(b, 2.5)],
   ["sub (broadcast)", () => [f64([2, 1, 3]), f64([4, 3])], (a, b) => a.sub(b)],

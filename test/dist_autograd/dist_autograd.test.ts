@@ -14,11 +14,15 @@ import {
   type Tensor,
   ValueError,
   distAutograd,
+  manualSeed,
   nn,
   optim,
+  randn,
   rpc,
   tensor,
 } from "../../sdk/index.js";
+import type { FunctionNode } from "../../sdk/autograd/node.js";
+import { poolStats } from "../../sdk/tensor/pool.js";
 import { getOrCreateContext } from "../../sdk/dist_autograd/context.js";
 import { RecvNode, SendNode } from "../../sdk/dist_autograd/functions.js";
 import { parseMeta } from "../../sdk/dist_autograd/hook.js";
@@ -155,6 +159,69 @@ describe("a one-worker group calling itself", () => {
       before.map((v, i) => v - 0.5 * [1, 2, 3][i % 3]!),
     );
     expect(module.weight.grad).toBeNull();
+  });
+
+  it("releases its part of the graph with the context after a backward without retainGraph, not with one", async () => {
+    const keep = (t: Tensor): Tensor => {
+      const out = t.mul(2);
+      (globalThis as { __kept?: Tensor }).__kept = out;
+      return out;
+    };
+    const w = tensor([1, 2], { dtype: "float32", requiresGrad: true });
+    for (const retainGraph of [false, true]) {
+      await distAutograd.context(async (ctxId) => {
+        const y = await rpc.rpcSync<Tensor>("solo", keep, [w]);
+        await distAutograd.backward(ctxId, [y.sum()], retainGraph);
+      });
+      // the callee's node (here in this process) ran in the pass; the context is gone now
+      const node = (globalThis as { __kept?: Tensor }).__kept!.gradFn as unknown as FunctionNode;
+      const apply = () => node.apply(tensor([1, 1], { dtype: "float32" }));
+      if (retainGraph) expect(apply()[0]!.toArray()).toEqual([2, 2]);
+      else expect(apply).toThrow(/backward through the graph a second time/);
+    }
+    delete (globalThis as { __kept?: Tensor }).__kept;
+  });
+
+  it("sums a leaf's gradients over several messages, and a sum once read is never changed in place", async () => {
+    const w = tensor([0.5, -1, 2], { dtype: "float32", requiresGrad: true });
+    const f = (t: Tensor, k: number) => t.mul(t).mul(k);
+    await distAutograd.context(async (ctxId) => {
+      // two messages: two engine runs here, each accumulating into the context
+      const ys = await Promise.all([2, 3].map((k) => rpc.rpcSync<Tensor>("solo", f, [w, k])));
+      await distAutograd.backward(ctxId, [ys[0]!.sum().add(ys[1]!.sum())]);
+      const first = distAutograd.getGradients(ctxId).get(w)!;
+      expect(first.toArray()).toEqual([5, -10, 20]); // 2 * (2 + 3) * w
+      const y = await rpc.rpcSync<Tensor>("solo", f, [w, 1]);
+      await distAutograd.backward(ctxId, [y.sum()]);
+      expect(first.toArray()).toEqual([5, -10, 20]);
+      expect(distAutograd.getGradients(ctxId).get(w)!.toArray()).toEqual([6, -12, 24]);
+    });
+  });
+
+  it("trains a remote TransformerBlock bit for bit as a local copy (its intermediates recycled)", async () => {
+    const cfg = { nEmbd: 64, nHead: 4, blockSize: 32, dropout: 0 };
+    const rm = new RemoteModule("solo/cpu", nn.TransformerBlock, [cfg]);
+    const remote = (await rm.getModuleRRef().toHere()) as InstanceType<typeof nn.TransformerBlock>;
+    const local = new nn.TransformerBlock(cfg);
+    local.loadStateDict(remote.stateDict());
+    const opt = new DistributedOptimizer(optim.SGD, await rm.remoteParameters(), { lr: 0.1 });
+    const localOpt = new optim.SGD(local.parameters(), { lr: 0.1 });
+    manualSeed(3);
+    const xs = [0, 1, 2].map(() => randn([4, 32, 64]));
+    const released = poolStats().releases;
+    for (const x of xs) {
+      await distAutograd.context(async (ctxId) => {
+        const y = (await rm.forward(x)) as Tensor;
+        await distAutograd.backward(ctxId, [y.mul(y).mean()]);
+        await opt.step(ctxId);
+      });
+      localOpt.zeroGrad();
+      const y = local.forward(x);
+      y.mul(y).mean().backward();
+      localOpt.step();
+    }
+    remote.parameters().forEach((p, i) => expect(p.toArray()).toEqual(local.parameters()[i]!.toArray()));
+    expect(poolStats().releases).toBeGreaterThan(released);
   });
 
   it.each([

@@ -20,6 +20,7 @@ import { Module } from "../module.js";
 import { Dropout } from "../modules/dropout.js";
 import { Linear } from "../modules/linear.js";
 import { type BlockConfig, resolveBlockConfig } from "./config.js";
+import { dropping, isStock } from "../intermediates.js";
 
 export class CausalSelfAttention extends Module<[Tensor], Tensor> {
   cAttn: Linear;
@@ -62,12 +63,30 @@ export class CausalSelfAttention extends Module<[Tensor], Tensor> {
       linear(x, weight.narrow(0, i * C, C), bias ? bias.narrow(0, i * C, C) : null)
         .view(B, T, this.nHead, hs)
         .transpose(1, 2);
-    const [q, k, v] = [project(0), project(1), project(2)];
-    // softmax(q kᵀ / sqrt(hs), future masked to -inf), as scaledDotProductAttention's math path
-    // (one fused op: the same numbers as .div(sqrt(hs)).maskedFill(future, -inf).softmax(-1))
-    const att = this.attnDropout.forward(maskedSoftmax(q.matmul(k.transpose(-2, -1)), this.#future(T), Math.sqrt(hs)));
-    const merged = att.matmul(v).transpose(1, 2).contiguous().view(B, T, C);
-    return this.residDropout.forward(this.cProj.forward(merged));
+    // NB: everything made here but the result is this forward's own (sdk/nn/intermediates.ts)
+    return dropping(this.stockForward(), (drop) => {
+      const [q, k, v] = [project(0), project(1), project(2)];
+      // softmax(q kᵀ / sqrt(hs), future masked to -inf), as scaledDotProductAttention's math path
+      // (one fused op: the same numbers as .div(sqrt(hs)).maskedFill(future, -inf).softmax(-1))
+      const scores = q.matmul(k.transpose(-2, -1));
+      const probs = maskedSoftmax(scores, this.#future(T), Math.sqrt(hs));
+      const att = this.attnDropout.forward(probs);
+      const y = att.matmul(v);
+      const merged = y.transpose(1, 2).contiguous().view(B, T, C);
+      const out = this.cProj.forward(merged);
+      drop.push(q, k, v, scores, probs, att, y, merged, out);
+      return this.residDropout.forward(out);
+    });
+  }
+
+  /** @internal Whether this attention and its parts are the SDK's own (its intermediates may be recycled). */
+  stockForward(): boolean {
+    return (
+      isStock(this, CausalSelfAttention) &&
+      isStock(this.cProj, Linear) &&
+      isStock(this.attnDropout, Dropout) &&
+      isStock(this.residDropout, Dropout)
+    );
   }
 
   #futureCache: { mask: Tensor; T: number; future: Tensor } | null = null;

@@ -12,6 +12,7 @@ import { LayerNorm } from "../modules/normalization.js";
 import { CausalSelfAttention } from "./attention.js";
 import { type BlockConfig, resolveBlockConfig } from "./config.js";
 import { MLP } from "./mlp.js";
+import { dropping, isStock } from "../intermediates.js";
 
 export class TransformerBlock extends Module<[Tensor], Tensor> {
   ln1: LayerNorm;
@@ -29,7 +30,28 @@ export class TransformerBlock extends Module<[Tensor], Tensor> {
   }
 
   forward(x: Tensor): Tensor {
-    const h = x.add(this.attn.forward(this.ln1.forward(x)));
-    return h.add(this.mlp.forward(this.ln2.forward(h)));
+    // NB: everything made here but the result is this forward's own (sdk/nn/intermediates.ts)
+    return dropping(this.stockForward(), (drop) => {
+      const n1 = this.ln1.forward(x);
+      const a = this.attn.forward(n1);
+      const h = x.add(a);
+      const n2 = this.ln2.forward(h);
+      const m = this.mlp.forward(n2);
+      drop.push(n1, a, h, n2, m);
+      return h.add(m);
+    });
+  }
+
+  /** @internal Whether this block and all its parts are the SDK's own (its intermediates may be recycled). */
+  stockForward(): boolean {
+    return (
+      isStock(this, TransformerBlock) &&
+      isStock(this.ln1, LayerNorm) &&
+      isStock(this.ln2, LayerNorm) &&
+      isStock(this.attn, CausalSelfAttention) &&
+      this.attn.stockForward() &&
+      isStock(this.mlp, MLP) &&
+      this.mlp.stockForward()
+    );
   }
 }

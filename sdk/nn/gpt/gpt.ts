@@ -28,6 +28,7 @@ import { ModuleList } from "../modules/module_list.js";
 import { LayerNorm } from "../modules/normalization.js";
 import { TransformerBlock } from "./block.js";
 import { type GPTConfig, resolveBlockConfig } from "./config.js";
+import { dropping, isStock } from "../intermediates.js";
 
 export interface GPTOutput {
   /** [B, T, vocabSize] */
@@ -91,15 +92,43 @@ export class GPT extends Module<[Tensor, Tensor?], GPTOutput> {
     const T = idx.shape[1]!;
     if (T > this.config.blockSize)
       throw new ShapeError(`Cannot forward sequence of length ${T}, block size is only ${this.config.blockSize}`);
-    let x = this.drop.forward(
-      this.wte.forward(idx).add(this.wpe.forward(arange(T, undefined, 1, { device: idx.device }))),
+    // NB: everything made here but the result is this forward's own (sdk/nn/intermediates.ts)
+    return dropping(this.#stock(), (drop) => {
+      const tok = this.wte.forward(idx);
+      const pos = this.wpe.forward(arange(T, undefined, 1, { device: idx.device }));
+      const sum = tok.add(pos);
+      let x = this.drop.forward(sum);
+      drop.push(tok, pos, sum);
+      for (const b of this.blocks) {
+        drop.push(x);
+        x = b.forward(x);
+      }
+      drop.push(x);
+      return this.lnF.forward(x);
+    });
+  }
+
+  /** Whether this GPT and all its parts are the SDK's own (its intermediates may be recycled). */
+  #stock(): boolean {
+    return (
+      isStock(this, GPT) &&
+      isStock(this.wte, Embedding) &&
+      isStock(this.wpe, Embedding) &&
+      isStock(this.drop, Dropout) &&
+      isStock(this.blocks, ModuleList) &&
+      [...this.blocks].every((b) => isStock(b, TransformerBlock) && b.stockForward()) &&
+      isStock(this.lnF, LayerNorm) &&
+      isStock(this.lmHead, Linear)
     );
-    for (const b of this.blocks) x = b.forward(x);
-    return this.lnF.forward(x);
   }
 
   forward(idx: Tensor, targets?: Tensor): GPTOutput {
-    const logits = this.lmHead.forward(this.#hidden(idx));
+    const stock = this.#stock();
+    const logits = dropping(stock, (drop) => {
+      const h = this.#hidden(idx);
+      drop.push(h);
+      return this.lmHead.forward(h);
+    });
     if (!targets) return { logits, loss: null };
     const V = this.config.vocabSize;
     return { logits, loss: crossEntropy(logits.reshape(-1, V), targets.reshape(-1), { ignoreIndex: -1 }) };

@@ -8,6 +8,7 @@ import { GELU } from "../modules/activation.js";
 import { Dropout } from "../modules/dropout.js";
 import { Linear } from "../modules/linear.js";
 import { type BlockConfig, resolveBlockConfig } from "./config.js";
+import { dropping, isStock } from "../intermediates.js";
 
 export class MLP extends Module<[Tensor], Tensor> {
   fc: Linear;
@@ -25,6 +26,24 @@ export class MLP extends Module<[Tensor], Tensor> {
   }
 
   forward(x: Tensor): Tensor {
-    return this.dropout.forward(this.proj.forward(this.gelu.forward(this.fc.forward(x))));
+    // NB: fc's, gelu's and proj's outputs are this forward's own (sdk/nn/intermediates.ts)
+    return dropping(this.stockForward(), (drop) => {
+      const h = this.fc.forward(x);
+      const a = this.gelu.forward(h);
+      const p = this.proj.forward(a);
+      drop.push(h, a, p);
+      return this.dropout.forward(p);
+    });
+  }
+
+  /** @internal Whether this MLP and its parts are the SDK's own (its intermediates may be recycled). */
+  stockForward(): boolean {
+    return (
+      isStock(this, MLP) &&
+      isStock(this.fc, Linear) &&
+      isStock(this.gelu, GELU) &&
+      isStock(this.proj, Linear) &&
+      isStock(this.dropout, Dropout)
+    );
   }
 }
