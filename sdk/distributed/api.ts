@@ -85,21 +85,25 @@ function bounded<T>(p: Promise<T>, timeoutMs: number, what: string): Promise<T> 
   });
 }
 
-/** Starts a point-to-point operation; synchronous errors become the Work's failure. */
-function p2pWork<T>(what: string, start: (p: P2P) => Promise<T>): Work<T> {
-  let promise: Promise<T>;
+/** Starts a point-to-point operation; synchronous errors become its promise's rejection. */
+function startP2P<T>(start: (p: P2P) => Promise<T>): Promise<T> {
   try {
-    promise = start(P2P.current());
+    return start(P2P.current());
   } catch (e) {
-    promise = Promise.reject(e as Error);
+    return Promise.reject(e as Error);
   }
-  return new Work(promise, what);
 }
 
 /** Sends `tensor` to rank `dst` (torch.distributed.isend); the Work completes once the channel released the tensor's bytes (the tensor may then change), as gloo's does. */
 export function isend(tensor: Tensor, dst: number, opts: P2POptions = {}): Work {
   const what = `isend to rank ${dst} (tag ${opts.tag ?? 0})`;
-  return p2pWork(what, (p) => {
+  return new Work(startSend(tensor, dst, opts, what), what);
+}
+
+// NB: send and recv return the operation's own promise: no Work (two more promises and their reactions per
+// message) where nobody can look at one (issue #18: p2p's per-message cost)
+function startSend(tensor: Tensor, dst: number, opts: P2POptions, what: string): Promise<void> {
+  return startP2P((p) => {
     checkTensor(tensor, what);
     const tag = userTag(opts.tag, what);
     const g = groupOf(p, opts, what);
@@ -122,7 +126,11 @@ export function isend(tensor: Tensor, dst: number, opts: P2POptions = {}): Work 
 export function irecv(tensor: Tensor, src?: number | null, opts: P2POptions = {}): Work<number> {
   const from = src === undefined || src === null ? null : src;
   const what = `irecv from ${from === null ? "any rank" : `rank ${from}`} (tag ${opts.tag ?? 0})`;
-  return p2pWork(what, (p) => {
+  return new Work(startRecv(tensor, from, opts, what), what);
+}
+
+function startRecv(tensor: Tensor, from: number | null, opts: P2POptions, what: string): Promise<number> {
+  return startP2P((p) => {
     checkTensor(tensor, what);
     const tag = userTag(opts.tag, what);
     const g = groupOf(p, opts, what);
@@ -137,12 +145,25 @@ export function irecv(tensor: Tensor, src?: number | null, opts: P2POptions = {}
 
 /** isend, awaited: resolves once the tensor may change again (torch.distributed.send). */
 export function send(tensor: Tensor, dst: number, opts: P2POptions = {}): Promise<void> {
-  return isend(tensor, dst, opts).wait();
+  return handled(startSend(tensor, dst, opts, `send to rank ${dst} (tag ${opts.tag ?? 0})`));
 }
 
 /** irecv, awaited: resolves to the sender's rank once `tensor` holds the message (torch.distributed.recv). */
 export function recv(tensor: Tensor, src?: number | null, opts: P2POptions = {}): Promise<number> {
-  return irecv(tensor, src, opts).wait();
+  const from = src === undefined || src === null ? null : src;
+  const what = `recv from ${from === null ? "any rank" : `rank ${from}`} (tag ${opts.tag ?? 0})`;
+  return handled(startRecv(tensor, from, opts, what));
+}
+
+const ignore = (): void => undefined;
+
+/**
+ * `p`, marked as handled: a send or recv started now and awaited later (after awaiting another operation)
+ * that fails meanwhile is no unhandled rejection, as a Work's promise is not; awaiting it still rejects.
+ */
+function handled<T>(p: Promise<T>): Promise<T> {
+  p.catch(ignore);
+  return p;
 }
 
 /** One operation of batchIsendIrecv (torch.distributed.P2POp). */

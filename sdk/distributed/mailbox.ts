@@ -39,8 +39,8 @@ import { DistributedError, RpcTimeoutError, TensorMismatchError } from "../error
 import { loadNative } from "../native/binding.js";
 import { itemSize } from "../tensor/dtype.js";
 import type { Tensor } from "../tensor/tensor.js";
-import { LongTimer } from "../rpc/timeouts.js";
 import { debug } from "../util/index.js";
+import { type Deadline, deadline } from "./deadlines.js";
 
 const native = loadNative();
 
@@ -102,7 +102,7 @@ export interface PostedRecv {
 interface Posted extends PostedRecv {
   resolve(src: number): void;
   reject(e: Error): void;
-  timer: LongTimer | null;
+  timer: Deadline | null;
   /** Set by reserve: the bytes its message is landing in, and its sender. */
   landed?: Uint8Array;
   landedFrom?: number;
@@ -115,6 +115,15 @@ function landedOn(b: Uint8Array, t: Tensor): boolean {
   if (t.storage.device.type !== "cpu") return false;
   const d = t.storage.data;
   return d.buffer === b.buffer && d.byteOffset === b.byteOffset && d.byteLength === b.byteLength;
+}
+
+/** The first posted receive (posting order) that `env`'s message matches (rule 2), or -1; no closure per message. */
+function postedFor(posted: readonly Posted[], env: Envelope): number {
+  for (let i = 0; i < posted.length; i++) {
+    const p = posted[i]!;
+    if (p.tag === env.tag && (p.src === null || p.src === env.src)) return i;
+  }
+  return -1;
 }
 
 interface Held {
@@ -191,7 +200,7 @@ export class Mailbox {
    * that sender was delivered, so matching here keeps rule 3's order.
    */
   reserve(env: Envelope, byteLength: number): Uint8Array | null {
-    const i = this.posted.findIndex((p) => p.tag === env.tag && (p.src === null || p.src === env.src));
+    const i = postedFor(this.posted, env);
     const p = this.posted[i];
     if (!p?.landing) return null;
     try {
@@ -211,7 +220,12 @@ export class Mailbox {
 
   /** A message arrived (./p2p.ts's handler); throws when it must be refused (the sender's op fails). */
   deliver(env: Envelope, tensor: Tensor): void {
-    const r = this.reserved.findIndex((p) => p.tag === env.tag && landedOn(p.landed!, tensor));
+    let r = -1;
+    for (let k = 0; k < this.reserved.length; k++)
+      if (this.reserved[k]!.tag === env.tag && landedOn(this.reserved[k]!.landed!, tensor)) {
+        r = k;
+        break;
+      }
     if (r >= 0) {
       const p = this.reserved[r]!;
       this.reserved.splice(r, 1);
@@ -222,7 +236,7 @@ export class Mailbox {
       this.complete(p, env, tensor);
       return;
     }
-    const i = this.posted.findIndex((p) => p.tag === env.tag && (p.src === null || p.src === env.src));
+    const i = postedFor(this.posted, env);
     if (i >= 0) {
       const p = this.posted[i]!;
       this.posted.splice(i, 1);
@@ -247,20 +261,26 @@ export class Mailbox {
 
   /** Posts a receive; resolves to the sender's rank once a message was consumed into place. */
   post(r: PostedRecv, timeoutMs: number): Promise<number> {
-    const i = this.held.findIndex((h) => h.env.tag === r.tag && (r.src === null || r.src === h.env.src));
+    let i = -1;
+    for (let k = 0; k < this.held.length; k++) {
+      const e = this.held[k]!.env;
+      if (e.tag === r.tag && (r.src === null || r.src === e.src)) {
+        i = k;
+        break;
+      }
+    }
     if (i >= 0) {
       const h = this.held[i]!;
       this.held.splice(i, 1);
       this.heldBytes -= h.bytes;
       if (h.error) return Promise.reject(h.error);
-      return new Promise<number>((resolve, reject) =>
-        this.complete({ ...r, resolve, reject, timer: null }, h.env, h.tensor!),
-      );
+      const failed = this.take(r, h.env, h.tensor!);
+      return failed ? Promise.reject(failed) : Promise.resolve(h.env.src);
     }
     return new Promise<number>((resolve, reject) => {
       const p: Posted = { ...r, resolve, reject, timer: null };
       if (timeoutMs > 0)
-        p.timer = new LongTimer(timeoutMs, () => {
+        p.timer = deadline(timeoutMs, () => {
           // NB: a reserved receive's message is landing in its tensor: it stays reserved to be dropped
           if (p.landed) p.failed = true;
           else this.remove(p);
@@ -305,16 +325,22 @@ export class Mailbox {
 
   private complete(p: Posted, env: Envelope, tensor: Tensor): void {
     p.timer?.cancel();
+    const failed = this.take(p, env, tensor);
+    if (failed) p.reject(failed);
+    else p.resolve(env.src);
+  }
+
+  /** Consumes the message into the receive's place; returns the error that failed it, or null. */
+  private take(p: PostedRecv, env: Envelope, tensor: Tensor): Error | null {
     try {
       checkFits(p, env, this.self);
       p.consume(tensor, env);
+      return null;
     } catch (e) {
-      p.reject(e as Error);
-      return;
+      return e as Error;
     } finally {
       // NB: also after a mismatch or a failed consume: the message is dropped either way
       if (p.copiesOut) releaseReceived(tensor);
     }
-    p.resolve(env.src);
   }
 }

@@ -44,9 +44,10 @@ import { setOneWayHandler } from "../rpc/serving.js";
 import { setP2PDestination } from "../rpc/rpc_pipe.js";
 import type { FrameEntry } from "../pipe/frame.js";
 import type { TensorPeek } from "../wire/index.js";
-import { LongTimer, checkTimeoutMs } from "../rpc/timeouts.js";
+import { checkTimeoutMs } from "../rpc/timeouts.js";
 import { Tensor } from "../tensor/tensor.js";
 import { debug } from "../util/index.js";
+import { deadline } from "./deadlines.js";
 import { type Envelope, Mailbox, type PostedRecv, releaseReceived } from "./mailbox.js";
 import { copyMessage } from "./reduce_op.js";
 
@@ -137,7 +138,8 @@ export class P2P {
     const sent = this.agent.sendOneWay(dst, { env, t: wireView(t) });
     if (!(timeoutMs > 0)) return sent;
     return new Promise<void>((resolve, reject) => {
-      const timer = new LongTimer(timeoutMs, () =>
+      // NB: a shared deadline lane, not a timer per message (./deadlines.ts)
+      const timer = deadline(timeoutMs, () =>
         reject(new RpcTimeoutError(`send to rank ${dst} (${tag}) was not delivered within ${timeoutMs} ms`, timeoutMs)),
       );
       sent.then(
