@@ -136,7 +136,7 @@ export class P2P {
       device: t.device.toString(),
     };
     const sent = this.agent.sendOneWay(dst, { env, t: wireView(t) });
-    if (!(timeoutMs > 0)) return sent;
+    if (!(timeoutMs > 0)) return sent.then(() => undefined);
     return new Promise<void>((resolve, reject) => {
       // NB: a shared deadline lane, not a timer per message (./deadlines.ts)
       const timer = deadline(timeoutMs, () =>
