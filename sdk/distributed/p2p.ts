@@ -209,6 +209,12 @@ function destinationOf(rrefs: object, peek: () => unknown, index: number, entrie
   return into ? { kind: "cpu" as const, bytes: into } : null;
 }
 
+/** No closure per message (validEnvelope runs for every one). */
+function allIntegers(a: readonly unknown[]): boolean {
+  for (let i = 0; i < a.length; i++) if (!Number.isInteger(a[i])) return false;
+  return true;
+}
+
 function validEnvelope(env: unknown): env is Envelope {
   const e = env as Envelope;
   return (
@@ -217,7 +223,7 @@ function validEnvelope(env: unknown): env is Envelope {
     Number.isInteger(e.src) &&
     typeof e.tag === "string" &&
     Array.isArray(e.shape) &&
-    e.shape.every((d) => Number.isInteger(d)) &&
+    allIntegers(e.shape) &&
     typeof e.dtype === "string" &&
     typeof e.device === "string"
   );
