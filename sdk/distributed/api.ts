@@ -18,6 +18,7 @@ import { LongTimer } from "../rpc/timeouts.js";
 import { Tensor } from "../tensor/tensor.js";
 import * as algo from "./collectives.js";
 import { type ProcessGroup, makeGroup, worldOf } from "./group.js";
+import { rejected } from "./mailbox.js";
 import { P2P } from "./p2p.js";
 import { type ReduceOp, checkReduceOp } from "./reduce_op.js";
 import { Work } from "./work.js";
@@ -90,7 +91,7 @@ function startP2P<T>(start: (p: P2P) => Promise<T>): Promise<T> {
   try {
     return start(P2P.current());
   } catch (e) {
-    return Promise.reject(e as Error);
+    return rejected(e as Error);
   }
 }
 
@@ -101,7 +102,9 @@ export function isend(tensor: Tensor, dst: number, opts: P2POptions = {}): Work 
 }
 
 // NB: send and recv return the operation's own promise: no Work (two more promises and their reactions per
-// message) where nobody can look at one (issue #18: p2p's per-message cost)
+// message) where nobody can look at one (issue #18: p2p's per-message cost). Those promises are marked as
+// handled when they fail (mailbox.ts's Posted.fail, P2P.send), as a Work's are: a recv started now and
+// awaited after another operation is no unhandled rejection when it fails meanwhile
 function startSend(tensor: Tensor, dst: number, opts: P2POptions, what: string): Promise<void> {
   return startP2P((p) => {
     checkTensor(tensor, what);
@@ -145,25 +148,14 @@ function startRecv(tensor: Tensor, from: number | null, opts: P2POptions, what: 
 
 /** isend, awaited: resolves once the tensor may change again (torch.distributed.send). */
 export function send(tensor: Tensor, dst: number, opts: P2POptions = {}): Promise<void> {
-  return handled(startSend(tensor, dst, opts, `send to rank ${dst} (tag ${opts.tag ?? 0})`));
+  return startSend(tensor, dst, opts, `send to rank ${dst} (tag ${opts.tag ?? 0})`);
 }
 
 /** irecv, awaited: resolves to the sender's rank once `tensor` holds the message (torch.distributed.recv). */
 export function recv(tensor: Tensor, src?: number | null, opts: P2POptions = {}): Promise<number> {
   const from = src === undefined || src === null ? null : src;
   const what = `recv from ${from === null ? "any rank" : `rank ${from}`} (tag ${opts.tag ?? 0})`;
-  return handled(startRecv(tensor, from, opts, what));
-}
-
-const ignore = (): void => undefined;
-
-/**
- * `p`, marked as handled: a send or recv started now and awaited later (after awaiting another operation)
- * that fails meanwhile is no unhandled rejection, as a Work's promise is not; awaiting it still rejects.
- */
-function handled<T>(p: Promise<T>): Promise<T> {
-  p.catch(ignore);
-  return p;
+  return startRecv(tensor, from, opts, what);
 }
 
 /** One operation of batchIsendIrecv (torch.distributed.P2POp). */

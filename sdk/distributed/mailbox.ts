@@ -118,11 +118,13 @@ class Posted implements PostedRecv {
   landedFrom = -1;
   /** A reserved receive that failed (timeout) before its message was in: that message is dropped. */
   failed = false;
+  /** The promise post() returned (set right after it is made). */
+  promise: Promise<number> | null = null;
 
   constructor(
     r: PostedRecv,
     readonly resolve: (src: number) => void,
-    readonly reject: (e: Error) => void,
+    private readonly reject: (e: Error) => void,
   ) {
     this.src = r.src;
     this.tag = r.tag;
@@ -133,6 +135,25 @@ class Posted implements PostedRecv {
     this.copiesOut = r.copiesOut === true;
     this.landing = r.landing;
   }
+
+  /**
+   * Rejects the receive's promise, marked as handled first: a receive started now and awaited later (after
+   * awaiting another operation) that fails meanwhile is no unhandled rejection. Marking it only here saves
+   * a promise per successful receive (issue #18).
+   */
+  fail(e: Error): void {
+    this.promise?.catch(ignore);
+    this.reject(e);
+  }
+}
+
+const ignore = (): void => undefined;
+
+/** A rejected promise, marked as handled (see Posted.fail). */
+export function rejected<T>(e: Error): Promise<T> {
+  const p = Promise.reject(e);
+  p.catch(ignore);
+  return p;
 }
 
 /** Whether `t` is a tensor decoded over exactly the bytes `b` (a message that landed where reserve said). */
@@ -298,23 +319,26 @@ export class Mailbox {
       const h = this.held[i]!;
       this.held.splice(i, 1);
       this.heldBytes -= h.bytes;
-      if (h.error) return Promise.reject(h.error);
+      if (h.error) return rejected(h.error);
       const failed = this.take(r, h.env, h.tensor!);
-      return failed ? Promise.reject(failed) : Promise.resolve(h.env.src);
+      return failed ? rejected(failed) : Promise.resolve(h.env.src);
     }
-    return new Promise<number>((resolve, reject) => {
-      const p = new Posted(r, resolve, reject);
+    let posted: Posted;
+    const promise = new Promise<number>((resolve, reject) => {
+      const p = (posted = new Posted(r, resolve, reject));
       if (timeoutMs > 0)
         p.timer = deadline(timeoutMs, () => {
           // NB: a reserved receive's message is landing in its tensor: it stays reserved to be dropped
           if (p.landed) p.failed = true;
           else this.remove(p);
-          reject(
+          p.fail(
             new RpcTimeoutError(`${r.what} on rank ${this.self} got no message within ${timeoutMs} ms`, timeoutMs),
           );
         });
       this.posted.push(p);
     });
+    posted!.promise = promise;
+    return promise;
   }
 
   /** Rank `rank` died or left: fail every receive that depends on it. */
@@ -322,13 +346,13 @@ export class Mailbox {
     for (const p of [...this.posted])
       if (p.src === rank || p.dependsOn?.has(rank)) {
         this.remove(p);
-        p.reject(error());
+        p.fail(error());
       }
     for (const p of [...this.reserved])
       if (p.src === rank || p.dependsOn?.has(rank) || (p.src === null && p.landedFrom === rank)) {
         this.reserved.splice(this.reserved.indexOf(p), 1);
         p.timer?.cancel();
-        if (!p.failed) p.reject(error());
+        if (!p.failed) p.fail(error());
       }
   }
 
@@ -336,7 +360,7 @@ export class Mailbox {
   close(error: Error): void {
     for (const p of [...this.posted.splice(0), ...this.reserved.splice(0)]) {
       p.timer?.cancel();
-      if (!p.failed) p.reject(error);
+      if (!p.failed) p.fail(error);
     }
     this.held.length = 0;
     this.heldBytes = 0;
@@ -351,7 +375,7 @@ export class Mailbox {
   private complete(p: Posted, env: Envelope, tensor: Tensor): void {
     p.timer?.cancel();
     const failed = this.take(p, env, tensor);
-    if (failed) p.reject(failed);
+    if (failed) p.fail(failed);
     else p.resolve(env.src);
   }
 

@@ -57,6 +57,8 @@ const states = new WeakMap<Agent, P2P>();
 /** The same states by their agent's RRefContext (what the pipe's destination hook knows of its agent). */
 const byRRefs = new WeakMap<object, P2P>();
 
+const ignore = (): void => undefined;
+
 /** A detached view of the same bytes (what travels; autograd metadata stays home). */
 function wireView(t: Tensor): Tensor {
   return new Tensor(t.storage, t.shape, t.strides, t.offset);
@@ -136,11 +138,20 @@ export class P2P {
       device: t.device.toString(),
     };
     const sent = this.agent.sendOneWay(dst, { env, t: wireView(t) });
-    if (!(timeoutMs > 0)) return sent.then(() => undefined);
-    return new Promise<void>((resolve, reject) => {
-      // NB: a shared deadline lane, not a timer per message (./deadlines.ts)
+    if (!(timeoutMs > 0)) {
+      const done = sent.then(() => undefined);
+      done.catch(ignore);
+      return done;
+    }
+    // NB: a shared deadline lane, not a timer per message (./deadlines.ts); the promise is marked as handled
+    // only when it fails (a send awaited late is no unhandled rejection), no promise more per message
+    const out: Promise<void> = new Promise<void>((resolve, reject) => {
+      const fail = (e: Error): void => {
+        out.catch(ignore);
+        reject(e);
+      };
       const timer = deadline(timeoutMs, () =>
-        reject(new RpcTimeoutError(`send to rank ${dst} (${tag}) was not delivered within ${timeoutMs} ms`, timeoutMs)),
+        fail(new RpcTimeoutError(`send to rank ${dst} (${tag}) was not delivered within ${timeoutMs} ms`, timeoutMs)),
       );
       sent.then(
         () => {
@@ -149,10 +160,11 @@ export class P2P {
         },
         (e: Error) => {
           timer.cancel();
-          reject(e);
+          fail(e);
         },
       );
     });
+    return out;
   }
 
   /** Posts a receive; resolves to the sender's rank once the message was consumed into place. */
