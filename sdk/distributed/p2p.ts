@@ -59,6 +59,12 @@ const byRRefs = new WeakMap<object, P2P>();
 
 const ignore = (): void => undefined;
 
+/** Whether a worker of `workers` has id `rank` (per message: no closure). */
+function isMember(workers: readonly { id: number }[], rank: number): boolean {
+  for (let i = 0; i < workers.length; i++) if (workers[i]!.id === rank) return true;
+  return false;
+}
+
 /** A detached view of the same bytes (what travels; autograd metadata stays home). */
 function wireView(t: Tensor): Tensor {
   return new Tensor(t.storage, t.shape, t.strides, t.offset);
@@ -121,7 +127,7 @@ export class P2P {
   /** Throws WorkerUnavailableError unless `rank` is a member now. */
   checkPeer(rank: number, what: string): void {
     if (!Number.isInteger(rank) || rank < 0) throw new ValueError(`${what}: a rank is an integer >= 0, got ${rank}`);
-    if (!this.agent.membership.workers.some((w) => w.id === rank))
+    if (!isMember(this.agent.membership.workers, rank))
       throw new WorkerUnavailableError(
         `${what}: no worker has rank ${rank} (ranks now: ${this.ranks().join(", ")})`,
         String(rank),
