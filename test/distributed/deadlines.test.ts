@@ -73,6 +73,19 @@ describe("deadline lanes", () => {
     expect(laneStats(ms)).toMatchObject({ pending: 0, kept: 0 });
   });
 
+  it("a deadline past setTimeout's range waits (in steps) instead of firing at once", async () => {
+    const ms = 2 ** 31 + 5;
+    let fired = false;
+    const d = deadline(ms, () => {
+      fired = true;
+    });
+    await sleep(30);
+    expect(fired).toBe(false);
+    expect(laneStats(ms)?.pending).toBe(1);
+    d.cancel();
+    expect(laneStats(ms)?.pending).toBe(0);
+  }, 10_000);
+
   it("keep the process alive only while a deadline is live", () => {
     const ms = 600_002;
     const before = refTimers();
