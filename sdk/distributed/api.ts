@@ -14,10 +14,10 @@
  */
 import { RpcTimeoutError, ValueError } from "../errors/index.js";
 import { currentAgent } from "../rpc/api.js";
-import { LongTimer } from "../rpc/timeouts.js";
 import { Tensor } from "../tensor/tensor.js";
 import * as algo from "./collectives.js";
 import { type ProcessGroup, makeGroup, worldOf } from "./group.js";
+import { deadline } from "./deadlines.js";
 import { rejected } from "./mailbox.js";
 import { P2P } from "./p2p.js";
 import { type ReduceOp, checkReduceOp } from "./reduce_op.js";
@@ -70,7 +70,7 @@ function groupOf(p: P2P, opts: OpOptions, what: string): ProcessGroup {
 function bounded<T>(p: Promise<T>, timeoutMs: number, what: string): Promise<T> {
   if (timeoutMs === 0) return p;
   return new Promise<T>((resolve, reject) => {
-    const timer = new LongTimer(timeoutMs, () =>
+    const timer = deadline(timeoutMs, () =>
       reject(new RpcTimeoutError(`${what} did not complete within ${timeoutMs} ms (timeoutMs)`, timeoutMs)),
     );
     p.then(
