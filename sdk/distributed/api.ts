@@ -14,10 +14,11 @@
  */
 import { RpcTimeoutError, ValueError } from "../errors/index.js";
 import { currentAgent } from "../rpc/api.js";
-import { LongTimer } from "../rpc/timeouts.js";
 import { Tensor } from "../tensor/tensor.js";
 import * as algo from "./collectives.js";
 import { type ProcessGroup, makeGroup, worldOf } from "./group.js";
+import { deadline } from "./deadlines.js";
+import { rejected } from "./mailbox.js";
 import { P2P } from "./p2p.js";
 import { type ReduceOp, checkReduceOp } from "./reduce_op.js";
 import { Work } from "./work.js";
@@ -69,7 +70,7 @@ function groupOf(p: P2P, opts: OpOptions, what: string): ProcessGroup {
 function bounded<T>(p: Promise<T>, timeoutMs: number, what: string): Promise<T> {
   if (timeoutMs === 0) return p;
   return new Promise<T>((resolve, reject) => {
-    const timer = new LongTimer(timeoutMs, () =>
+    const timer = deadline(timeoutMs, () =>
       reject(new RpcTimeoutError(`${what} did not complete within ${timeoutMs} ms (timeoutMs)`, timeoutMs)),
     );
     p.then(
@@ -85,21 +86,27 @@ function bounded<T>(p: Promise<T>, timeoutMs: number, what: string): Promise<T> 
   });
 }
 
-/** Starts a point-to-point operation; synchronous errors become the Work's failure. */
-function p2pWork<T>(what: string, start: (p: P2P) => Promise<T>): Work<T> {
-  let promise: Promise<T>;
+/** Starts a point-to-point operation; synchronous errors become its promise's rejection. */
+function startP2P<T>(start: (p: P2P) => Promise<T>): Promise<T> {
   try {
-    promise = start(P2P.current());
+    return start(P2P.current());
   } catch (e) {
-    promise = Promise.reject(e as Error);
+    return rejected(e as Error);
   }
-  return new Work(promise, what);
 }
 
 /** Sends `tensor` to rank `dst` (torch.distributed.isend); the Work completes once the channel released the tensor's bytes (the tensor may then change), as gloo's does. */
 export function isend(tensor: Tensor, dst: number, opts: P2POptions = {}): Work {
   const what = `isend to rank ${dst} (tag ${opts.tag ?? 0})`;
-  return p2pWork(what, (p) => {
+  return new Work(startSend(tensor, dst, opts, what), what);
+}
+
+// NB: send and recv return the operation's own promise: no Work (two more promises and their reactions per
+// message) where nobody can look at one (issue #18: p2p's per-message cost). Those promises are marked as
+// handled when they fail (mailbox.ts's Posted.fail, P2P.send), as a Work's are: a recv started now and
+// awaited after another operation is no unhandled rejection when it fails meanwhile
+function startSend(tensor: Tensor, dst: number, opts: P2POptions, what: string): Promise<void> {
+  return startP2P((p) => {
     checkTensor(tensor, what);
     const tag = userTag(opts.tag, what);
     const g = groupOf(p, opts, what);
@@ -122,7 +129,11 @@ export function isend(tensor: Tensor, dst: number, opts: P2POptions = {}): Work 
 export function irecv(tensor: Tensor, src?: number | null, opts: P2POptions = {}): Work<number> {
   const from = src === undefined || src === null ? null : src;
   const what = `irecv from ${from === null ? "any rank" : `rank ${from}`} (tag ${opts.tag ?? 0})`;
-  return p2pWork(what, (p) => {
+  return new Work(startRecv(tensor, from, opts, what), what);
+}
+
+function startRecv(tensor: Tensor, from: number | null, opts: P2POptions, what: string): Promise<number> {
+  return startP2P((p) => {
     checkTensor(tensor, what);
     const tag = userTag(opts.tag, what);
     const g = groupOf(p, opts, what);
@@ -137,12 +148,14 @@ export function irecv(tensor: Tensor, src?: number | null, opts: P2POptions = {}
 
 /** isend, awaited: resolves once the tensor may change again (torch.distributed.send). */
 export function send(tensor: Tensor, dst: number, opts: P2POptions = {}): Promise<void> {
-  return isend(tensor, dst, opts).wait();
+  return startSend(tensor, dst, opts, `send to rank ${dst} (tag ${opts.tag ?? 0})`);
 }
 
 /** irecv, awaited: resolves to the sender's rank once `tensor` holds the message (torch.distributed.recv). */
 export function recv(tensor: Tensor, src?: number | null, opts: P2POptions = {}): Promise<number> {
-  return irecv(tensor, src, opts).wait();
+  const from = src === undefined || src === null ? null : src;
+  const what = `recv from ${from === null ? "any rank" : `rank ${from}`} (tag ${opts.tag ?? 0})`;
+  return startRecv(tensor, from, opts, what);
 }
 
 /** One operation of batchIsendIrecv (torch.distributed.P2POp). */

@@ -39,8 +39,8 @@ import { DistributedError, RpcTimeoutError, TensorMismatchError } from "../error
 import { loadNative } from "../native/binding.js";
 import { itemSize } from "../tensor/dtype.js";
 import type { Tensor } from "../tensor/tensor.js";
-import { LongTimer } from "../rpc/timeouts.js";
 import { debug } from "../util/index.js";
+import { type Deadline, deadline } from "./deadlines.js";
 
 const native = loadNative();
 
@@ -99,15 +99,61 @@ export interface PostedRecv {
   landing?(): Uint8Array | null;
 }
 
-interface Posted extends PostedRecv {
-  resolve(src: number): void;
-  reject(e: Error): void;
-  timer: LongTimer | null;
+/**
+ * A posted receive: the PostedRecv's fields copied into one fixed shape (an object spread per receive cost
+ * microseconds per message, issue #18), with its promise's settle functions and its deadline.
+ */
+class Posted implements PostedRecv {
+  readonly src: number | null;
+  readonly tag: string;
+  readonly expect: PostedRecv["expect"];
+  readonly consume: PostedRecv["consume"];
+  readonly dependsOn: ReadonlySet<number> | null;
+  readonly what: string;
+  readonly copiesOut: boolean;
+  readonly landing: PostedRecv["landing"];
+  timer: Deadline | null = null;
   /** Set by reserve: the bytes its message is landing in, and its sender. */
-  landed?: Uint8Array;
-  landedFrom?: number;
+  landed: Uint8Array | null = null;
+  landedFrom = -1;
   /** A reserved receive that failed (timeout) before its message was in: that message is dropped. */
-  failed?: boolean;
+  failed = false;
+  /** The promise post() returned (set right after it is made). */
+  promise: Promise<number> | null = null;
+
+  constructor(
+    r: PostedRecv,
+    readonly resolve: (src: number) => void,
+    private readonly reject: (e: Error) => void,
+  ) {
+    this.src = r.src;
+    this.tag = r.tag;
+    this.expect = r.expect;
+    this.consume = r.consume;
+    this.dependsOn = r.dependsOn;
+    this.what = r.what;
+    this.copiesOut = r.copiesOut === true;
+    this.landing = r.landing;
+  }
+
+  /**
+   * Rejects the receive's promise, marked as handled first: a receive started now and awaited later (after
+   * awaiting another operation) that fails meanwhile is no unhandled rejection. Marking it only here saves
+   * a promise per successful receive (issue #18).
+   */
+  fail(e: Error): void {
+    this.promise?.catch(ignore);
+    this.reject(e);
+  }
+}
+
+const ignore = (): void => undefined;
+
+/** A rejected promise, marked as handled (see Posted.fail). */
+export function rejected<T>(e: Error): Promise<T> {
+  const p = Promise.reject(e);
+  p.catch(ignore);
+  return p;
 }
 
 /** Whether `t` is a tensor decoded over exactly the bytes `b` (a message that landed where reserve said). */
@@ -115,6 +161,15 @@ function landedOn(b: Uint8Array, t: Tensor): boolean {
   if (t.storage.device.type !== "cpu") return false;
   const d = t.storage.data;
   return d.buffer === b.buffer && d.byteOffset === b.byteOffset && d.byteLength === b.byteLength;
+}
+
+/** The first posted receive (posting order) that `env`'s message matches (rule 2), or -1; no closure per message. */
+function postedFor(posted: readonly Posted[], env: Envelope): number {
+  for (let i = 0; i < posted.length; i++) {
+    const p = posted[i]!;
+    if (p.tag === env.tag && (p.src === null || p.src === env.src)) return i;
+  }
+  return -1;
 }
 
 interface Held {
@@ -191,7 +246,7 @@ export class Mailbox {
    * that sender was delivered, so matching here keeps rule 3's order.
    */
   reserve(env: Envelope, byteLength: number): Uint8Array | null {
-    const i = this.posted.findIndex((p) => p.tag === env.tag && (p.src === null || p.src === env.src));
+    const i = postedFor(this.posted, env);
     const p = this.posted[i];
     if (!p?.landing) return null;
     try {
@@ -211,7 +266,12 @@ export class Mailbox {
 
   /** A message arrived (./p2p.ts's handler); throws when it must be refused (the sender's op fails). */
   deliver(env: Envelope, tensor: Tensor): void {
-    const r = this.reserved.findIndex((p) => p.tag === env.tag && landedOn(p.landed!, tensor));
+    let r = -1;
+    for (let k = 0; k < this.reserved.length; k++)
+      if (this.reserved[k]!.tag === env.tag && landedOn(this.reserved[k]!.landed!, tensor)) {
+        r = k;
+        break;
+      }
     if (r >= 0) {
       const p = this.reserved[r]!;
       this.reserved.splice(r, 1);
@@ -222,7 +282,7 @@ export class Mailbox {
       this.complete(p, env, tensor);
       return;
     }
-    const i = this.posted.findIndex((p) => p.tag === env.tag && (p.src === null || p.src === env.src));
+    const i = postedFor(this.posted, env);
     if (i >= 0) {
       const p = this.posted[i]!;
       this.posted.splice(i, 1);
@@ -247,29 +307,38 @@ export class Mailbox {
 
   /** Posts a receive; resolves to the sender's rank once a message was consumed into place. */
   post(r: PostedRecv, timeoutMs: number): Promise<number> {
-    const i = this.held.findIndex((h) => h.env.tag === r.tag && (r.src === null || r.src === h.env.src));
+    let i = -1;
+    for (let k = 0; k < this.held.length; k++) {
+      const e = this.held[k]!.env;
+      if (e.tag === r.tag && (r.src === null || r.src === e.src)) {
+        i = k;
+        break;
+      }
+    }
     if (i >= 0) {
       const h = this.held[i]!;
       this.held.splice(i, 1);
       this.heldBytes -= h.bytes;
-      if (h.error) return Promise.reject(h.error);
-      return new Promise<number>((resolve, reject) =>
-        this.complete({ ...r, resolve, reject, timer: null }, h.env, h.tensor!),
-      );
+      if (h.error) return rejected(h.error);
+      const failed = this.take(r, h.env, h.tensor!);
+      return failed ? rejected(failed) : Promise.resolve(h.env.src);
     }
-    return new Promise<number>((resolve, reject) => {
-      const p: Posted = { ...r, resolve, reject, timer: null };
+    let posted: Posted;
+    const promise = new Promise<number>((resolve, reject) => {
+      const p = (posted = new Posted(r, resolve, reject));
       if (timeoutMs > 0)
-        p.timer = new LongTimer(timeoutMs, () => {
+        p.timer = deadline(timeoutMs, () => {
           // NB: a reserved receive's message is landing in its tensor: it stays reserved to be dropped
           if (p.landed) p.failed = true;
           else this.remove(p);
-          reject(
+          p.fail(
             new RpcTimeoutError(`${r.what} on rank ${this.self} got no message within ${timeoutMs} ms`, timeoutMs),
           );
         });
       this.posted.push(p);
     });
+    posted!.promise = promise;
+    return promise;
   }
 
   /** Rank `rank` died or left: fail every receive that depends on it. */
@@ -277,13 +346,13 @@ export class Mailbox {
     for (const p of [...this.posted])
       if (p.src === rank || p.dependsOn?.has(rank)) {
         this.remove(p);
-        p.reject(error());
+        p.fail(error());
       }
     for (const p of [...this.reserved])
       if (p.src === rank || p.dependsOn?.has(rank) || (p.src === null && p.landedFrom === rank)) {
         this.reserved.splice(this.reserved.indexOf(p), 1);
         p.timer?.cancel();
-        if (!p.failed) p.reject(error());
+        if (!p.failed) p.fail(error());
       }
   }
 
@@ -291,7 +360,7 @@ export class Mailbox {
   close(error: Error): void {
     for (const p of [...this.posted.splice(0), ...this.reserved.splice(0)]) {
       p.timer?.cancel();
-      if (!p.failed) p.reject(error);
+      if (!p.failed) p.fail(error);
     }
     this.held.length = 0;
     this.heldBytes = 0;
@@ -305,16 +374,22 @@ export class Mailbox {
 
   private complete(p: Posted, env: Envelope, tensor: Tensor): void {
     p.timer?.cancel();
+    const failed = this.take(p, env, tensor);
+    if (failed) p.fail(failed);
+    else p.resolve(env.src);
+  }
+
+  /** Consumes the message into the receive's place; returns the error that failed it, or null. */
+  private take(p: PostedRecv, env: Envelope, tensor: Tensor): Error | null {
     try {
       checkFits(p, env, this.self);
       p.consume(tensor, env);
+      return null;
     } catch (e) {
-      p.reject(e as Error);
-      return;
+      return e as Error;
     } finally {
       // NB: also after a mismatch or a failed consume: the message is dropped either way
       if (p.copiesOut) releaseReceived(tensor);
     }
-    p.resolve(env.src);
   }
 }

@@ -44,9 +44,10 @@ import { setOneWayHandler } from "../rpc/serving.js";
 import { setP2PDestination } from "../rpc/rpc_pipe.js";
 import type { FrameEntry } from "../pipe/frame.js";
 import type { TensorPeek } from "../wire/index.js";
-import { LongTimer, checkTimeoutMs } from "../rpc/timeouts.js";
+import { checkTimeoutMs } from "../rpc/timeouts.js";
 import { Tensor } from "../tensor/tensor.js";
 import { debug } from "../util/index.js";
+import { deadline } from "./deadlines.js";
 import { type Envelope, Mailbox, type PostedRecv, releaseReceived } from "./mailbox.js";
 import { copyMessage } from "./reduce_op.js";
 
@@ -55,6 +56,14 @@ const native = loadNative();
 const states = new WeakMap<Agent, P2P>();
 /** The same states by their agent's RRefContext (what the pipe's destination hook knows of its agent). */
 const byRRefs = new WeakMap<object, P2P>();
+
+const ignore = (): void => undefined;
+
+/** Whether a worker of `workers` has id `rank` (per message: no closure). */
+function isMember(workers: readonly { id: number }[], rank: number): boolean {
+  for (let i = 0; i < workers.length; i++) if (workers[i]!.id === rank) return true;
+  return false;
+}
 
 /** A detached view of the same bytes (what travels; autograd metadata stays home). */
 function wireView(t: Tensor): Tensor {
@@ -118,7 +127,7 @@ export class P2P {
   /** Throws WorkerUnavailableError unless `rank` is a member now. */
   checkPeer(rank: number, what: string): void {
     if (!Number.isInteger(rank) || rank < 0) throw new ValueError(`${what}: a rank is an integer >= 0, got ${rank}`);
-    if (!this.agent.membership.workers.some((w) => w.id === rank))
+    if (!isMember(this.agent.membership.workers, rank))
       throw new WorkerUnavailableError(
         `${what}: no worker has rank ${rank} (ranks now: ${this.ranks().join(", ")})`,
         String(rank),
@@ -135,10 +144,20 @@ export class P2P {
       device: t.device.toString(),
     };
     const sent = this.agent.sendOneWay(dst, { env, t: wireView(t) });
-    if (!(timeoutMs > 0)) return sent;
-    return new Promise<void>((resolve, reject) => {
-      const timer = new LongTimer(timeoutMs, () =>
-        reject(new RpcTimeoutError(`send to rank ${dst} (${tag}) was not delivered within ${timeoutMs} ms`, timeoutMs)),
+    if (!(timeoutMs > 0)) {
+      const done = sent.then(() => undefined);
+      done.catch(ignore);
+      return done;
+    }
+    // NB: a shared deadline lane, not a timer per message (./deadlines.ts); the promise is marked as handled
+    // only when it fails (a send awaited late is no unhandled rejection), no promise more per message
+    const out: Promise<void> = new Promise<void>((resolve, reject) => {
+      const fail = (e: Error): void => {
+        out.catch(ignore);
+        reject(e);
+      };
+      const timer = deadline(timeoutMs, () =>
+        fail(new RpcTimeoutError(`send to rank ${dst} (${tag}) was not delivered within ${timeoutMs} ms`, timeoutMs)),
       );
       sent.then(
         () => {
@@ -147,10 +166,11 @@ export class P2P {
         },
         (e: Error) => {
           timer.cancel();
-          reject(e);
+          fail(e);
         },
       );
     });
+    return out;
   }
 
   /** Posts a receive; resolves to the sender's rank once the message was consumed into place. */
@@ -207,6 +227,12 @@ function destinationOf(rrefs: object, peek: () => unknown, index: number, entrie
   return into ? { kind: "cpu" as const, bytes: into } : null;
 }
 
+/** No closure per message (validEnvelope runs for every one). */
+function allIntegers(a: readonly unknown[]): boolean {
+  for (let i = 0; i < a.length; i++) if (!Number.isInteger(a[i])) return false;
+  return true;
+}
+
 function validEnvelope(env: unknown): env is Envelope {
   const e = env as Envelope;
   return (
@@ -215,7 +241,7 @@ function validEnvelope(env: unknown): env is Envelope {
     Number.isInteger(e.src) &&
     typeof e.tag === "string" &&
     Array.isArray(e.shape) &&
-    e.shape.every((d) => Number.isInteger(d)) &&
+    allIntegers(e.shape) &&
     typeof e.dtype === "string" &&
     typeof e.device === "string"
   );

@@ -18,19 +18,19 @@ export class Work<T = void> {
     /** What the operation is, for messages ("isend to rank 2 (tag 0)"). */
     readonly what: string,
   ) {
-    this.promise = promise.then(
-      (v) => {
+    // NB: one reaction that records the outcome and never rejects (no .catch needed): `promise` itself is
+    // what callers await, and this reaction, attached first, runs before theirs (done is set when they
+    // resume); it also marks a failure as handled, so a Work nobody waits on is no unhandled rejection
+    this.promise = promise;
+    promise.then(
+      () => {
         this.done = true;
-        return v;
       },
       (e: Error) => {
         this.done = true;
         this.failure = e;
-        throw e;
       },
     );
-    // NB: a Work nobody waits on must not be an unhandled rejection; wait() and promise still reject
-    this.promise.catch(() => undefined);
   }
 
   /** True once the operation finished, successfully or not. */

@@ -292,6 +292,32 @@ describe("point-to-point", () => {
     expect(await w.wait()).toBe(2);
   });
 
+  it("a send or recv that fails before it is awaited is no unhandled rejection; awaiting it still rejects", async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (e: unknown) => unhandled.push(e);
+    process.on("unhandledRejection", onUnhandled);
+    try {
+      const t0 = Date.now();
+      const late = as(0, () => dist.recv(zeros([1]), 1, { tag: 96, timeoutMs: 50 })); // times out
+      const bad = as(0, () => dist.send(zeros([1]), 9)); // no rank 9: fails at once
+      const wrong = as(0, () => dist.recv(zeros([2]), 2, { tag: 95 })); // a mismatch, matched when posted
+      await as(2, () => dist.send(zeros([3]), 0, { tag: 95 }));
+      await new Promise((r) => setTimeout(r, 300));
+      await expect(late).rejects.toBeInstanceOf(tprpc.RpcTimeoutError);
+      await expect(bad).rejects.toBeInstanceOf(tprpc.WorkerUnavailableError);
+      await expect(wrong).rejects.toBeInstanceOf(tprpc.TensorMismatchError);
+      expect(Date.now() - t0).toBeLessThan(5_000);
+      // a held message that does not fit: the receive posted after it fails at once
+      await as(2, () => dist.send(zeros([3]), 0, { tag: 94 }));
+      const heldWrong = as(0, () => dist.recv(zeros([2]), 2, { tag: 94 }));
+      await new Promise((r) => setTimeout(r, 50));
+      await expect(heldWrong).rejects.toBeInstanceOf(tprpc.TensorMismatchError);
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off("unhandledRejection", onUnhandled);
+    }
+  });
+
   it("unexpected messages are bounded by TPRPC_P2P_HOLD_BYTES; the receive of a refused one fails", async () => {
     process.env.TPRPC_P2P_HOLD_BYTES = "64";
     await as(1, () => dist.send(zeros([8]), 0, { tag: 30 })); // 32 bytes held

@@ -108,7 +108,7 @@ class CmaChannel implements Channel {
       return { descriptor: new Uint8Array(0), done };
     }
     if (buffer.bytes.byteLength <= INLINE_MAX)
-      return { descriptor: inlineDescriptor(buffer.bytes), done: this.pending.track(Promise.resolve(), (e) => e) };
+      return { descriptor: inlineDescriptor(buffer.bytes), done: this.pending.finished() };
     const id = this.nextId++;
     const n = buffer.bytes.byteLength;
     // NB: addressOf moves a small on-heap typed array's bytes off the V8 heap first, so the address stays valid.
@@ -123,7 +123,7 @@ class CmaChannel implements Channel {
     if (into.kind !== "cpu")
       return Promise.reject(new ChannelNotViableError("cma channel: receives into host memory only"));
     try {
-      if (takeInline(this.name, descriptor, into.bytes)) return this.pending.track(Promise.resolve(), (e) => e);
+      if (takeInline(this.name, descriptor, into.bytes)) return this.pending.finished();
     } catch (e) {
       return Promise.reject(e);
     }

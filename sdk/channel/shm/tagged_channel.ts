@@ -132,13 +132,13 @@ export class TaggedChannel implements Channel {
       return { descriptor: new Uint8Array(0), done };
     }
     if (buffer.bytes.byteLength <= INLINE_MAX)
-      return { descriptor: inlineDescriptor(buffer.bytes), done: this.pending.track(Promise.resolve(), (e) => e) };
+      return { descriptor: inlineDescriptor(buffer.bytes), done: this.pending.finished() };
     if (this.conn.share && buffer.bytes.byteLength >= LAND_MIN && !this.isClosed) {
       const id = this.conn.share(buffer.bytes);
       if (id >= 0)
         return {
           descriptor: encodeLanded(id, buffer.bytes.byteLength, SHARED),
-          done: this.pending.track(Promise.resolve(), (e) => e),
+          done: this.pending.finished(),
         };
     }
     if (this.conn.land && buffer.bytes.byteLength >= LAND_MIN && !this.isClosed) {
@@ -146,7 +146,7 @@ export class TaggedChannel implements Channel {
       if (block >= 0)
         return {
           descriptor: encodeLanded(block, buffer.bytes.byteLength),
-          done: this.pending.track(Promise.resolve(), (e) => e),
+          done: this.pending.finished(),
         };
     }
     const id = this.nextId++;
@@ -178,7 +178,7 @@ export class TaggedChannel implements Channel {
       return Promise.reject(new ChannelNotViableError(`${this.name} channel: receives into host memory only`));
     let d: { id: number; length: number };
     try {
-      if (takeInline(this.name, descriptor, into.bytes)) return this.pending.track(Promise.resolve(), (e) => e);
+      if (takeInline(this.name, descriptor, into.bytes)) return this.pending.finished();
       for (const [kind, take] of [
         [LANDED, this.conn.takeLanded],
         [SHARED, this.conn.takeShared],
@@ -192,7 +192,7 @@ export class TaggedChannel implements Channel {
         // NB: a buffer adoptBuffer made over this block (or shared transfer) already holds the bytes
         const a = this.adopted.get(into.bytes.buffer as ArrayBuffer);
         if (a?.kind !== kind || a.id !== t.block) take.call(this.conn, t.block, into.bytes);
-        return this.pending.track(Promise.resolve(), (e) => e);
+        return this.pending.finished();
       }
       d = decode(this.name, descriptor);
     } catch (e) {
