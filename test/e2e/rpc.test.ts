@@ -187,15 +187,17 @@ describe("rpc lifecycle", () => {
 
   it("refuses a worker with the wrong secret: it never joins and exits with an error", async () => {
     const port = await freePort();
-    const bad = startWorker("intruder", 1, 2, port, "wrong-secret");
+    // NB: the master's store listens first, and long enough for the intruder to reach it on a loaded machine
+    // (a worker starting slowly found no store once the master had given up, and waited out its own timeout)
     const init = rpc.initRpc("master", {
       rank: 0,
       worldSize: 2,
       initMethod: `tcp://127.0.0.1:${port}`,
       secret: SECRET,
-      initTimeoutMs: 1_500,
+      initTimeoutMs: 5_000,
     });
-    await expect(init).rejects.toThrow();
+    const bad = startWorker("intruder", 1, 2, port, "wrong-secret");
     expect(await exited(bad, 10_000)).not.toBe(0);
+    await expect(init).rejects.toThrow();
   }, 30_000);
 });
