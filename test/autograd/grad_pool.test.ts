@@ -5,10 +5,11 @@
  * 16 kB+ activations whose backward has pass-through views (reshape, residual adds), a split, a
  * shared input, a hook and micro-batches accumulating into .grad, on every backend.
  */
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { expect, it } from "vitest";
 import { manualSeed, nn, rand, randn, type Tensor, zeros } from "../../sdk/index.js";
-import { POOL_MAX_BYTES, clearPool, giveBuffer, poolStats, setPoolLimit } from "../../sdk/tensor/pool.js";
+import { giveBuffer, poolStats } from "../../sdk/tensor/pool.js";
 import { describeEachBackend } from "../helpers.js";
+import { poolOff, usePool } from "./pool_helpers.js";
 
 /** Gradients of a few micro-batches through a residual MLP with views and a split. */
 function run(): { grads: number[][]; hooked: number[]; xs: number[] } {
@@ -35,19 +36,10 @@ function run(): { grads: number[][]; hooked: number[]; xs: number[] } {
 
 describeEachBackend("autograd: recycled gradient buffers", () => {
   // NB: these tests need the pool on (its default, sdk/tensor/pool.ts) and leave it as they found it
-  let initial = 0;
-  beforeAll(() => {
-    initial = setPoolLimit(POOL_MAX_BYTES);
-  });
-  afterAll(() => {
-    setPoolLimit(initial);
-    clearPool();
-  });
+  usePool();
 
   it("give the same gradients as with the pool off, and are reused", () => {
-    const prev = setPoolLimit(0);
-    const off = run();
-    setPoolLimit(prev);
+    const off = poolOff(run);
     const before = poolStats();
     const on = run();
     const after = poolStats();

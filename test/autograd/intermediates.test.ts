@@ -6,10 +6,11 @@
  * off), and nothing a user can still reach may be recycled: a released storage throws when read, and
  * a reused buffer would change the values these tests snapshot.
  */
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { expect, it } from "vitest";
 import { ShapeError, type Tensor, manualSeed, nn, noGrad, randint, randn } from "../../sdk/index.js";
-import { POOL_MAX_BYTES, clearPool, poolStats, setPoolLimit } from "../../sdk/tensor/pool.js";
+import { clearPool, poolStats } from "../../sdk/tensor/pool.js";
 import { describeEachBackend } from "../helpers.js";
+import { poolOff, usePool } from "./pool_helpers.js";
 
 // NB: activations of [4, 32, 64] float32 = 32 kB, the MLP's 128 kB: all of them pooled sizes
 const CFG = { nEmbd: 64, nHead: 4, blockSize: 32, dropout: 0 };
@@ -41,25 +42,8 @@ function train(
   return { grads, outs, xs };
 }
 
-/** `f` with nothing recycled (the pool keeps nothing; released storages still throw when read). */
-function poolOff<T>(f: () => T): T {
-  const prev = setPoolLimit(0);
-  try {
-    return f();
-  } finally {
-    setPoolLimit(prev);
-  }
-}
-
 describeEachBackend("autograd: module intermediates recycled after backward", () => {
-  let initial = 0;
-  beforeAll(() => {
-    initial = setPoolLimit(POOL_MAX_BYTES);
-  });
-  afterAll(() => {
-    setPoolLimit(initial);
-    clearPool();
-  });
+  usePool();
 
   it("give bit-identical gradients and outputs, with and without dropout, and are recycled", () => {
     for (const cfg of [CFG, { ...CFG, dropout: 0.1 }]) {
