@@ -11,6 +11,10 @@
 // that its promise rules read types from other files). Instead, every step is skipped when
 // the whole tree it could read (the linted folders, docs/, the root's configs and lock files) is byte
 // for byte what it was at that step's last pass (scripts/input_stamp.mjs); any change reruns it whole.
+//
+// --emit (scripts/test.mjs, on a cold tree): the type-check step also emits the test build (lint-types.mjs
+// --emit), and this process tells its parent, over IPC, when the build is there ({ built: true }) or when
+// that step ended or was skipped without it ({ typesEnded: true }), so the suites can start.
 import { spawn } from "node:child_process";
 import os from "node:os";
 import path from "node:path";
@@ -48,25 +52,34 @@ const treeStamp = () =>
     extra: [process.version],
   });
 const before = treeStamp();
+const emit = process.argv.includes("--emit");
 
 async function run(step) {
   const [name, argv] = step;
+  // NB: --emit adds work, not a verdict: the same record either way
   const stamp = `${before} ${JSON.stringify(argv.slice(1))}`;
+  let ok = true;
   if (passedWith(root, `lint-${name}`, stamp)) {
     process.stdout.write(`lint: ${name} passed (nothing changed since its last pass)\n`);
-    return true;
+  } else {
+    forget(root, `lint-${name}`);
+    ok = await spawnStep(step);
+    // NB: recorded only when nothing changed while it ran, so the record names what was checked
+    if (ok && treeStamp() === before) recordPass(root, `lint-${name}`, stamp);
   }
-  forget(root, `lint-${name}`);
-  const ok = await spawnStep(step);
-  // NB: recorded only when nothing changed while it ran, so the record names what was checked
-  if (ok && treeStamp() === before) recordPass(root, `lint-${name}`, stamp);
+  if (name === "types" && emit) process.send?.({ typesEnded: true });
   return ok;
 }
 
 function spawnStep([name, [cmd, ...args], showOutput]) {
   return new Promise((resolve) => {
     const t0 = Date.now();
-    const child = spawn(cmd, args, { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
+    const relay = name === "types" && emit;
+    const child = spawn(cmd, relay ? [...args, "--emit"] : args, {
+      cwd: root,
+      stdio: ["ignore", "pipe", "pipe", ...(relay ? ["ipc"] : [])],
+    });
+    if (relay) child.on("message", (m) => process.send?.(m));
     let out = "";
     child.stdout.on("data", (d) => (out += d));
     child.stderr.on("data", (d) => (out += d));

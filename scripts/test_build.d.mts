@@ -1,0 +1,12 @@
+/** A tsc project of the test build: its config, output folder and one output whose presence means built. */
+export interface BuildProject {
+  config: string;
+  out: string;
+  entry: string;
+}
+export const PROJECTS: BuildProject[];
+export function buildInfo(p: BuildProject): string;
+export function isBuilt(root: string): boolean;
+export function recordBuilt(root: string): void;
+export function isCold(root: string): boolean;
+export function tscBuild(root: string, p: BuildProject): void;
