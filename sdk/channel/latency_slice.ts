@@ -7,11 +7,13 @@
  * (Linux 6.6+) the running task keeps its core until its slice (about 1.4 ms on this 2-core box) is
  * used, noticed at the next tick (4 ms at 250 Hz), unless the woken task has a shorter slice than
  * the running one (Linux 6.12+, a thread's own slice set with sched_setattr; no privilege needed). Measured
- * (2 busy processes beside a master and a worker, shm, 4 MB rpcSync round trips, 6 interleaved pairs
- * of 400 calls, the loaded 2-core box): mean 3.13 ms with the default slice, 2.57 ms with 100 us
- * (better in 5 pairs of 6); the segments that shrank are the two wake-ups ("wire" in
- * bench/p2p_timeline.ts: p90 about 4 ms before). A slice changes when the thread may preempt and be
- * preempted, not its share of the CPU (its nice value is kept).
+ * (2 busy processes beside a master and a worker, shm, 4 MB rpcSync round trips, interleaved pairs,
+ * the loaded 2-core box): 6 pairs of 400 calls, mean 3.13 ms with the default slice, 2.57 ms with
+ * 100 us (better in 5); with the growing percent of ./heap_headroom.ts as well, 5 pairs of 400 calls
+ * 2.61 vs 2.49 ms (better in 3) and 5 of 800 calls 3.41 vs 2.93 ms (better in 4). The segments that
+ * shrank are the two wake-ups ("wire" in bench/p2p_timeline.ts: p90 about 4 ms before, about 1 after).
+ * A slice changes when the thread may preempt and be preempted, not its share of the CPU (its nice
+ * value is kept).
  *
  * What: `ensureLatencySlice()` (called by the pipe layer when a pipe opens, once per JS thread) asks
  * for TPRPC_SCHED_SLICE_US (default 100; 0 leaves the kernel's default) for the calling thread; the
