@@ -31,6 +31,7 @@
         "src/channels/shm/binding.cc",
         "src/channels/shared.cc",
         "src/channels/host_region.cc",
+        "src/channels/sched.cc",
         "src/channels/cma.cc",
         "src/channels/ucx_api.cc",
         "src/channels/ucx/core.cc",

@@ -19,11 +19,28 @@
  * one run each on the loaded 2-core box, so only the GC counts are firm): 0 MiB 13 mark-compacts,
  * 32 MiB 0, 64 MiB 0 (p90 1.5 ms against 4.9 ms). Skipped where node was started with
  * --initial-old-space-size or --min-old-space-size (argv or NODE_OPTIONS): the user sized the heap.
+ *
+ * Growing percent (issue 23, shm under load). V8 counts the external memory allocated since the last
+ * mark-compact (every received ArrayBuffer, landed blocks included) against the old generation's
+ * slack, and after frequent collections its dynamic growing factor drops to its minimum (1.1), so
+ * the slack the headroom leaves is about 24 MB. At 40 MB per message, marking then started again
+ * right after each mark-compact ("Start (allocation limit)", slack 23-24 MB): 37-42 mark-compacts per
+ * 40 round trips in the master (a larger landing budget changed nothing: 35 vs 37), 16-21 ms of master
+ * CPU per round trip. `ensureHeapGrowing()` (from ensureHeapHeadroom) therefore sets V8's
+ * --heap-growing-percent to TPRPC_HEAP_GROWING_PERCENT (default 100: the next limit is twice the live
+ * size, within the 1.1-4x V8 picks by itself; 0 leaves V8's policy), which V8 reads each time it sets
+ * a limit. Measured (plain master, shm, 40 round trips each, quiet, two runs): 40 MB 37-39 -> 12-13
+ * mark-compacts, master CPU 16-19 -> 8-8.5 ms per round trip, round trip 16.0 -> 11.3 ms; 4 MB 12 -> 0
+ * mark-compacts per 300, master CPU 1.6 -> 0.8 ms per round trip. Skipped where node's argv or
+ * NODE_OPTIONS sets --heap-growing-percent.
  */
+import v8 from "node:v8";
 import { debug } from "../util/index.js";
 
 const DEFAULT_MB = 64;
+const DEFAULT_GROWING_PERCENT = 100;
 let ballast: number[] | null = null;
+let growing: number | undefined;
 
 /** The headroom in MiB this process should keep: TPRPC_HEAP_HEADROOM_MB, or 0 when node's heap flags size it. */
 export function heapHeadroomMb(
@@ -38,8 +55,36 @@ export function heapHeadroomMb(
   return Number.isInteger(n) && n >= 0 && n <= 4096 ? n : DEFAULT_MB;
 }
 
+/**
+ * V8's old-generation growing percent this process sets: TPRPC_HEAP_GROWING_PERCENT (0-400; 0 leaves
+ * V8's own), default 100; 0 where node's argv or NODE_OPTIONS sets --heap-growing-percent.
+ */
+export function heapGrowingPercent(
+  env: NodeJS.ProcessEnv = process.env,
+  execArgv: readonly string[] = process.execArgv,
+): number {
+  const flags = [...execArgv, ...(env.NODE_OPTIONS ?? "").split(/\s+/)].map((a) => a.split("=")[0]!.replace(/_/g, "-"));
+  if (flags.includes("--heap-growing-percent")) return 0;
+  const v = env.TPRPC_HEAP_GROWING_PERCENT;
+  if (v === undefined || v === "") return DEFAULT_GROWING_PERCENT;
+  const n = Number(v);
+  return Number.isInteger(n) && n >= 0 && n <= 400 ? n : DEFAULT_GROWING_PERCENT;
+}
+
+/** Sets V8's growing percent once per process (see the file comment). Returns it (0: V8's own policy). */
+export function ensureHeapGrowing(): number {
+  if (growing !== undefined) return growing;
+  growing = heapGrowingPercent();
+  // NB: V8 reads this flag each time it sets the next limit, so setting it at run time takes effect
+  if (growing > 0) v8.setFlagsFromString(`--heap-growing-percent=${growing}`);
+  if (growing > 0)
+    debug(1, "heap", `old generation grows by ${growing}% of its live size (TPRPC_HEAP_GROWING_PERCENT)`);
+  return growing;
+}
+
 /** Allocates the headroom once per process (see the file comment); later calls do nothing. Returns its MiB. */
 export function ensureHeapHeadroom(): number {
+  ensureHeapGrowing();
   if (ballast !== null) return (ballast.length * 8) / (1 << 20);
   const mb = heapHeadroomMb();
   // NB: fill with a double, so the elements are a FixedDoubleArray (no pointers for the marker)

@@ -115,6 +115,12 @@ export interface NativeChannels {
   shmListen(): NativeShmListener;
   shmConnect(name: string, expectedPid: number, timeoutMs: number): Promise<NativeShmChannel>;
   readonly shmRingBytes: number;
+  /**
+   * Asks the kernel for a scheduler slice of `us` microseconds for the calling thread (SCHED_OTHER
+   * only; threads it starts later inherit it; native/src/channels/sched.cc says why); returns the
+   * slice now in effect in microseconds, 0 where the kernel has none (before Linux 6.12).
+   */
+  latencySlice(us: number): number;
   /** A zero-filled ArrayBuffer of `byteLength` bytes in a new shared-memory file (Tensor.shareMemory_; native/src/channels/shared.cc). */
   shareAlloc(byteLength: number): ArrayBuffer;
   /** Whether the view's bytes lie in shared memory made by shareAlloc or received from a peer that way. */
@@ -188,6 +194,7 @@ type RawChannels = {
   shmListen(): RawShmListener;
   shmConnect(name: string, pid: number, timeoutMs: number): Promise<RawShmChannel>;
   shmRingBytes: number;
+  latencySlice(us: number): number;
   shareAlloc(byteLength: number): ArrayBuffer;
   isShared(view: ArrayBufferView): boolean;
   hostRegionCreate(byteLength: number): { buffer: ArrayBuffer; pid: number; fd: number };
@@ -254,6 +261,7 @@ export function nativeChannels(): NativeChannels | null {
     },
     shmConnect: (name, pid, timeoutMs) => typed(sync(() => raw.shmConnect(name, pid, timeoutMs))).then(shmChannel),
     shmRingBytes: raw.shmRingBytes,
+    latencySlice: (us) => sync(() => raw.latencySlice(us)),
     shareAlloc: (n) => sync(() => raw.shareAlloc(n)),
     isShared: (v) => raw.isShared(v),
     hostRegionCreate: (n) => sync(() => raw.hostRegionCreate(n)),

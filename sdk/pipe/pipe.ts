@@ -1,9 +1,8 @@
 /**
- * A pipe: the one link between two workers for messages from the side that
- * opened it. Control bytes (the rpc layer's header and payload) go over an
- * authenticated transport connection; each tensor buffer goes through the
- * channel negotiated for its (source device, target device) pair. ./frame.ts
- * has the byte layout; the handshake bodies are msgpack (./handshake.ts).
+ * A pipe: the one link between two workers for messages from the side that opened it. Control bytes
+ * (the rpc layer's header and payload) go over an authenticated transport connection; each tensor buffer
+ * goes through the channel negotiated for its (source device, target device) pair. ./frame.ts has the
+ * byte layout; the handshake bodies are msgpack (./handshake.ts).
  *
  * States, step by step (`pipe.state`; ./state.ts holds the table of legal
  * transitions, and `transition` throws on any other):
@@ -39,6 +38,7 @@ import { ChannelNotViableError, ProtocolError, WorkerUnavailableError } from "..
 import { debug } from "../util/index.js";
 import { getChannel } from "../channel/index.js";
 import { ensureHeapHeadroom } from "../channel/heap_headroom.js";
+import { ensureLatencySlice } from "../channel/latency_slice.js";
 import { loadNative } from "../native/binding.js";
 import {
   type Capabilities,
@@ -189,6 +189,7 @@ export class Pipe {
     this.ready = new Promise((res, rej) => ((this.readyRes = res), (this.readyRej = rej)));
     this.ready.catch(() => undefined);
     ensureHeapHeadroom(); // NB: a plain `node` master's heap is too small for received tensors (../channel/heap_headroom.ts)
+    ensureLatencySlice(); // NB: woken by frames, this thread needs its core at once under load (../channel/latency_slice.ts)
     this.openTimer = setTimeout(
       () =>
         this.close(

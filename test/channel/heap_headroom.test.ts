@@ -6,7 +6,7 @@
 import { spawn } from "node:child_process";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { heapHeadroomMb } from "../../sdk/channel/heap_headroom.js";
+import { heapGrowingPercent, heapHeadroomMb } from "../../sdk/channel/heap_headroom.js";
 
 const fixture = path.resolve(import.meta.dirname, "fixtures/plain_master.mjs");
 
@@ -33,6 +33,18 @@ describe("heap headroom", () => {
     expect(heapHeadroomMb({ TPRPC_HEAP_HEADROOM_MB: "lots" }, [])).toBe(64);
     expect(heapHeadroomMb({}, ["--initial-old-space-size=256"])).toBe(0);
     expect(heapHeadroomMb({ NODE_OPTIONS: "--min_old_space_size=100" }, [])).toBe(0);
+  });
+
+  it("sets V8's growing percent to 100 unless TPRPC_HEAP_GROWING_PERCENT (0-400) or node's own flag says otherwise", () => {
+    expect(heapGrowingPercent({}, [])).toBe(100);
+    expect(heapGrowingPercent({ TPRPC_HEAP_GROWING_PERCENT: "0" }, [])).toBe(0);
+    expect(heapGrowingPercent({ TPRPC_HEAP_GROWING_PERCENT: "250" }, [])).toBe(250);
+    expect(heapGrowingPercent({ TPRPC_HEAP_GROWING_PERCENT: "900" }, [])).toBe(100);
+    expect(heapGrowingPercent({ TPRPC_HEAP_GROWING_PERCENT: "more" }, [])).toBe(100);
+    expect(heapGrowingPercent({}, ["--heap-growing-percent=30"])).toBe(0);
+    expect(heapGrowingPercent({ NODE_OPTIONS: "--heap_growing_percent=30" }, [])).toBe(0);
+    // NB: the heap size flags leave the growing percent to us
+    expect(heapGrowingPercent({}, ["--initial-old-space-size=256"])).toBe(100);
   });
 
   it("a plain node master receives 100 round trips of 4 MB over shm with at most one mark-compact", async () => {
