@@ -8,14 +8,14 @@
 //
 // --emit (`npm test` on a cold tree, scripts/test.mjs): first emit the test build's dist/ from this same
 // program, which tsc -p tsconfig.json would otherwise build again from scratch before any suite could start
-// (about 10 s of CPU here, a third of a cold run's lint and build together), then the kernel package, then
-// tell the parent (an IPC message, { built: true }) and go on with the checks. The program's options are
-// tsconfig.json's (tsconfig.check.json only adds noEmit and more files), so the files emitted are those tsc
-// would write; only the build's own files are emitted, never the tests.
+// (about 10 s of CPU here, a third of a cold run's lint and build together), and the kernel package's
+// kernel-ext/dist, then tell the parent (an IPC message, { built: true }) and go on with the checks. The
+// program's options are tsconfig.json's (tsconfig.check.json only adds noEmit and more files; the kernel's
+// config only its folders), so the files emitted are those tsc would write; the tests are never emitted.
 import path from "node:path";
 import { ESLint } from "eslint";
 import ts from "typescript";
-import { PROJECTS, recordBuilt, tscBuild } from "./test_build.mjs";
+import { PROJECTS, recordBuilt } from "./test_build.mjs";
 
 const root = path.resolve(import.meta.dirname, "..");
 const LINTED = ["sdk", "kernel-ext", "scripts", "test", "bench"];
@@ -39,28 +39,31 @@ const program = ts.createProgram({
 });
 if (emit) {
   const t1 = performance.now();
-  const sdkBuild = ts.getParsedCommandLineOfConfigFile(path.join(root, PROJECTS[0].config), {}, configHost);
-  const own = new Set(sdkBuild.fileNames.map((f) => path.resolve(root, f)));
-  const files = program.getSourceFiles().filter((sf) => own.has(path.resolve(sf.fileName)));
-  const results = files.map((sf) => program.emit(sf));
-  process.stdout.write(`lint: emitted ${files.length} files of ${PROJECTS[0].config} in ${secs(t1)} s\n`);
-  // NB: recorded as built only where tsc -p tsconfig.json would have passed (its checks of the build's own
-  // files are done by now: emitting checked them); otherwise test/global-setup.ts runs tsc itself, which
-  // fails the run there as it always did
-  const clean =
-    files.length === own.size &&
-    results.every((r) => !r.emitSkipped && r.diagnostics.length === 0) &&
-    program.getOptionsDiagnostics().length === 0 &&
-    program.getGlobalDiagnostics().length === 0 &&
-    files.every((sf) => program.getSyntacticDiagnostics(sf).length + program.getSemanticDiagnostics(sf).length === 0);
-  try {
-    if (clean) {
-      tscBuild(root, PROJECTS[1]);
-      recordBuilt(root);
+  // NB: per project of the test build, its files and where this program's outDir puts them against where
+  // the project's own does (the kernel's: dist/kernel-ext/x.js here, kernel-ext/dist/x.js there); both
+  // compared byte for byte with tsc's own output when this was written
+  let clean = program.getOptionsDiagnostics().length === 0 && program.getGlobalDiagnostics().length === 0;
+  let count = 0;
+  for (const p of PROJECTS) {
+    const config = ts.getParsedCommandLineOfConfigFile(path.join(root, p.config), {}, configHost);
+    const own = new Set(config.fileNames.map((f) => path.resolve(root, f)));
+    const files = program.getSourceFiles().filter((sf) => own.has(path.resolve(sf.fileName)));
+    const here = path.join(root, "dist", path.relative(root, config.options.rootDir ?? root));
+    const there = path.resolve(config.options.outDir);
+    const write = (f, text, bom) => ts.sys.writeFile(path.join(there, path.relative(here, f)), text, bom);
+    for (const sf of files) {
+      const r = program.emit(sf, write);
+      clean &&= !r.emitSkipped && r.diagnostics.length === 0;
+      // NB: emitting checked the file, so these are at hand: tsc -p on the project would have failed on them
+      clean &&= program.getSyntacticDiagnostics(sf).length + program.getSemanticDiagnostics(sf).length === 0;
     }
-  } catch {
-    // NB: the kernel package did not build: test/global-setup.ts tries again and reports it
+    clean &&= files.length === own.size;
+    count += files.length;
   }
+  process.stdout.write(`lint: emitted the test build (${count} files) in ${secs(t1)} s\n`);
+  // NB: recorded as built only where tsc would have passed; otherwise test/global-setup.ts runs tsc itself,
+  // which fails the run there as it always did
+  if (clean) recordBuilt(root);
   process.send?.({ built: true });
 }
 const diagnostics = ts.getPreEmitDiagnostics(program);
