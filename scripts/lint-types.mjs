@@ -15,7 +15,7 @@
 import path from "node:path";
 import { ESLint } from "eslint";
 import ts from "typescript";
-import { PROJECTS, recordBuilt } from "./test_build.mjs";
+import { PROJECTS, buildInputs, recordBuilt } from "./test_build.mjs";
 
 const root = path.resolve(import.meta.dirname, "..");
 const LINTED = ["sdk", "kernel-ext", "scripts", "test", "bench"];
@@ -31,12 +31,21 @@ const configHost = {
 };
 const parsed = ts.getParsedCommandLineOfConfigFile(path.join(root, "tsconfig.check.json"), {}, configHost);
 const emit = process.argv.includes("--emit");
+// NB: before the program reads them, so that a source saved meanwhile is not recorded as built
+const inputs = emit ? buildInputs(root) : "";
 const program = ts.createProgram({
   rootNames: parsed.fileNames,
   options: emit ? { ...parsed.options, noEmit: false } : parsed.options,
   projectReferences: parsed.projectReferences,
   configFileParsingDiagnostics: parsed.errors,
 });
+/** The compiler options in which `a` and `b` differ, but for noEmit and those that only place files or map "tprpc". */
+function optionsDiffer(a, b) {
+  const placing = new Set(["noEmit", "paths", "pathsBasePath", "rootDir", "outDir", "configFilePath"]);
+  const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
+  return [...keys].filter((k) => !placing.has(k) && JSON.stringify(a[k]) !== JSON.stringify(b[k]));
+}
+
 if (emit) {
   const t1 = performance.now();
   // NB: per project of the test build, its files and where this program's outDir puts them against where
@@ -46,6 +55,14 @@ if (emit) {
   let count = 0;
   for (const p of PROJECTS) {
     const config = ts.getParsedCommandLineOfConfigFile(path.join(root, p.config), {}, configHost);
+    // NB: only where the project's options are this program's, but for those that place files and resolve
+    // "tprpc" (the kernel's resolves it to the SDK's .d.ts, this program to its sources: the same types)
+    const differ = optionsDiffer(config.options, program.getCompilerOptions());
+    if (differ.length > 0) {
+      process.stdout.write(`lint: ${p.config} differs from tsconfig.check.json in ${differ.join(", ")}: not emitted\n`);
+      clean = false;
+      continue;
+    }
     const own = new Set(config.fileNames.map((f) => path.resolve(root, f)));
     const files = program.getSourceFiles().filter((sf) => own.has(path.resolve(sf.fileName)));
     const here = path.join(root, "dist", path.relative(root, config.options.rootDir ?? root));
@@ -63,7 +80,7 @@ if (emit) {
   process.stdout.write(`lint: emitted the test build (${count} files) in ${secs(t1)} s\n`);
   // NB: recorded as built only where tsc would have passed; otherwise test/global-setup.ts runs tsc itself,
   // which fails the run there as it always did
-  if (clean) recordBuilt(root);
+  if (clean) recordBuilt(root, inputs);
   process.send?.({ built: true });
 }
 const diagnostics = ts.getPreEmitDiagnostics(program);

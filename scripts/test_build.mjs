@@ -17,28 +17,38 @@ export const PROJECTS = [
 /** Where tsc keeps a project's incremental build info: in its output folder, so removing that starts cold. */
 export const buildInfo = (p) => `${p.out}/.cache/build.tsbuildinfo`;
 
-// NB: the entries' modification times are part of the record, so that a build by other means since (`npm
-// run build`, which rewrites every output, from sources edited and then restored) is not taken for this one
-const stamp = (root) => {
-  const inputs = inputStamp(root, {
+/**
+ * The stamp of the build's inputs: the sources of both projects, their configs (tsconfig.check.json too:
+ * a cold `npm test` emits from its program, scripts/lint-types.mjs) and the installed packages. Taken
+ * before a build, so that a source saved while it ran is not recorded as built.
+ */
+export const buildInputs = (root) =>
+  inputStamp(root, {
     dirs: ["sdk", "scripts", "bench", "kernel-ext"],
     keep: (f) => /\.[cm]?ts$/.test(f),
-    files: ["tsconfig.json", "kernel-ext/tsconfig.json", "package-lock.json", "node_modules/.package-lock.json"],
+    files: [
+      ...["tsconfig.json", "tsconfig.check.json", "kernel-ext/tsconfig.json"],
+      ...["package-lock.json", "node_modules/.package-lock.json"],
+    ],
     extra: PROJECTS.map((p) => p.config),
   });
-  const outputs = PROJECTS.map(
-    (p) => fs.statSync(path.join(root, p.entry), { throwIfNoEntry: false })?.mtimeMs ?? "none",
-  ).join();
-  return `${inputs} ${outputs}`;
-};
+
+// NB: the entries' modification times are part of the record, so that a build by other means since (`npm
+// run build`, which rewrites every output, from sources edited and then restored) is not taken for this one
+const outputs = (root) =>
+  PROJECTS.map((p) => fs.statSync(path.join(root, p.entry), { throwIfNoEntry: false })?.mtimeMs ?? "none").join();
 
 /** Whether both projects' outputs are those of a build from today's inputs (nothing to do). */
-export const isBuilt = (root) => passedWith(root, "build", stamp(root));
+export const isBuilt = (root) => passedWith(root, "build", `${buildInputs(root)} ${outputs(root)}`);
 
-/** Records that both projects were just built from today's inputs. */
-export const recordBuilt = (root) => recordPass(root, "build", stamp(root));
+/** Records that both projects were built from `inputs` (buildInputs, taken before the build began). */
+export const recordBuilt = (root, inputs) => recordPass(root, "build", `${inputs} ${outputs(root)}`);
 
-/** Whether a tsc build would start from nothing: an output or its build info is missing (a clean clone). */
+/**
+ * Whether a tsc build would start from nothing: an output or its build info is missing (a clean clone, or
+ * a tree whose last build was `npm test`'s emit, which writes no build info: such a tree stays on that path
+ * until tsc builds it, `npx vitest run` or `npm run build`).
+ */
 export const isCold = (root) =>
   PROJECTS.some((p) => !fs.existsSync(path.join(root, p.entry)) || !fs.existsSync(path.join(root, buildInfo(p))));
 

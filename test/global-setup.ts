@@ -6,7 +6,7 @@
  * and CLI suites run, as `npm run build` does (scripts/test_build.mjs).
  */
 import path from "node:path";
-import { PROJECTS, isBuilt, recordBuilt, tscBuild } from "../scripts/test_build.mjs";
+import { PROJECTS, buildInputs, isBuilt, recordBuilt, tscBuild } from "../scripts/test_build.mjs";
 
 export default function setup(): void {
   const root = path.resolve(import.meta.dirname, "..");
@@ -15,6 +15,7 @@ export default function setup(): void {
   // those of the last successful build and its outputs are still there. Under `npm test` on a cold tree,
   // the type-check step has built both already (scripts/test.mjs), and this finds nothing to do.
   if (isBuilt(root)) return;
+  const inputs = buildInputs(root);
   for (const p of PROJECTS) tscBuild(root, p);
-  recordBuilt(root);
+  recordBuilt(root, inputs);
 }

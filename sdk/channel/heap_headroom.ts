@@ -28,8 +28,9 @@
  * 40 round trips in the master (a larger landing budget changed nothing: 35 vs 37), 16-21 ms of master
  * CPU per round trip. `ensureHeapGrowing()` (from ensureHeapHeadroom) therefore sets V8's
  * --heap-growing-percent to TPRPC_HEAP_GROWING_PERCENT (default 100: the next limit is twice the live
- * size, within the 1.1-4x V8 picks by itself; 0 leaves V8's policy), which V8 reads each time it sets
- * a limit. Measured (plain master, shm, 40 round trips each, quiet, two runs): 40 MB 37-39 -> 12-13
+ * size; 0 leaves V8's policy), which V8 reads each time it sets a limit. A process-wide memory trade:
+ * V8 applies it after choosing its growing mode, so it also overrides the smaller factors (1.1-1.3) V8
+ * uses under memory pressure or near the heap limit. Measured (plain master, shm, 40 round trips each, quiet, two runs): 40 MB 37-39 -> 12-13
  * mark-compacts, master CPU 16-19 -> 8-8.5 ms per round trip, round trip 16.0 -> 11.3 ms; 4 MB 12 -> 0
  * mark-compacts per 300, master CPU 1.6 -> 0.8 ms per round trip. Skipped where node's argv or
  * NODE_OPTIONS sets --heap-growing-percent.

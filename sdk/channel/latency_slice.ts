@@ -17,7 +17,9 @@
  *
  * What: `ensureLatencySlice()` (called by the pipe layer when a pipe opens, once per JS thread) asks
  * for TPRPC_SCHED_SLICE_US (default 100; 0 leaves the kernel's default) for the calling thread; the
- * threads it starts later (the channels' sender, receiver and watcher threads) inherit it. Threads
+ * threads and processes it starts later inherit it (Linux keeps a custom slice across clone and fork):
+ * the channels' sender, receiver and watcher threads, but also libuv's pool threads started later,
+ * worker_threads and child processes. Threads
  * with a policy other than SCHED_OTHER are left alone; kernels before 6.12 ignore it
  * (native/src/channels/sched.cc).
  */
@@ -40,7 +42,13 @@ export function ensureLatencySlice(): number {
   if (applied !== undefined) return applied;
   const us = latencySliceUs();
   const ch = us > 0 ? nativeChannels() : null;
-  applied = ch ? ch.latencySlice(us) : 0;
+  applied = 0;
+  // NB: a tuning call: never what stops a pipe from opening (an addon built before it has no latencySlice)
+  try {
+    if (ch && typeof ch.latencySlice === "function") applied = ch.latencySlice(us);
+  } catch (e) {
+    debug(1, "sched", `no scheduler slice: ${(e as Error).message}`);
+  }
   debug(1, "sched", `scheduler slice ${applied} us (asked for ${us}; TPRPC_SCHED_SLICE_US)`);
   return applied;
 }

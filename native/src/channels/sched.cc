@@ -59,7 +59,8 @@ Napi::Value LatencySlice(const Napi::CallbackInfo& info) {
   }
   double us = info[0].As<Napi::Number>().DoubleValue();
   SchedAttr a;
-  if (us > 0 && GetAttr(&a) && a.sched_policy == SCHED_OTHER) {
+  // NB: the kernel takes 0.1-100 ms; anything else (NaN, infinities included) asks for nothing
+  if (us >= 100 && us <= 100000 && GetAttr(&a) && a.sched_policy == SCHED_OTHER) {
     a.size = sizeof a;
     a.sched_flags &= kResetOnFork;  // NB: no util-clamp flags: those stay as they are
     a.sched_runtime = static_cast<uint64_t>(us * 1000);
