@@ -36,7 +36,7 @@ export interface CallRecord {
   bytesSent: number;
   /** Bytes of the reply, once it arrived. */
   bytesReceived: number;
-  /** Wall-clock ms (performance.timeOrigin + performance.now()). */
+  /** Wall-clock ms (nowMs()). */
   queuedAt: number;
   sentAt: number | null;
   replyAt: number | null;
@@ -47,9 +47,40 @@ export interface CallRecord {
   error: string | null;
 }
 
-/** Wall-clock ms with sub-ms precision. */
+/**
+ * Wall-clock ms with sub-ms precision, comparable across the processes of one machine (the profiler
+ * puts spans of several processes on one axis). Not performance.timeOrigin + performance.now():
+ * timeOrigin pairs two clocks Node reads one after the other at startup, and a process preempted
+ * between the two reads (a loaded machine) runs that much ahead for its whole life (a CI run saw two
+ * workers' spans 2.3 ms out of order). Instead the offset is taken at the first call, at the instant
+ * Date.now() moves to its next millisecond; a read interrupted for longer than that tick is taken again.
+ */
 export function nowMs(): number {
-  return performance.timeOrigin + performance.now();
+  return (clockOffset ??= wallClockOffset()) + performance.now();
+}
+let clockOffset: number | undefined;
+
+/**
+ * Date.now() - performance.now() at a tick of Date.now(), within 25 us: the tick came after one read of
+ * Date.now() and before the next, so between the two performance.now() readings that follow them. A pair
+ * of readings further apart (this thread was preempted there) is not used: it tries again.
+ */
+function wallClockOffset(): number {
+  for (let attempt = 0; attempt < 10; attempt++) {
+    const start = Date.now();
+    let before = performance.now();
+    // NB: bounded: Date.now() ticks every millisecond
+    for (let i = 0; i < 10_000_000; i++) {
+      const wall = Date.now();
+      const after = performance.now();
+      if (wall !== start) {
+        if (wall === start + 1 && after - before < 0.05) return wall - (before + after) / 2;
+        break;
+      }
+      before = after;
+    }
+  }
+  return performance.timeOrigin;
 }
 
 /** What the records call tprpc's internal targets (the names users know them by). */
