@@ -61,23 +61,25 @@ export function nowMs(): number {
 let clockOffset: number | undefined;
 
 /**
- * Date.now() - performance.now() at a tick of Date.now(), within 25 us: the tick came after one read of
- * Date.now() and before the next, so between the two performance.now() readings that follow them. A pair
- * of readings further apart (this thread was preempted there) is not used: it tries again.
+ * Date.now() - performance.now() at a tick of Date.now(), within 25 us. Each read of Date.now() is
+ * bracketed by two of performance.now(), so the tick, which came after one read and by the next, lies
+ * between the first bracket's start and the second's end. A bracket pair wider than 50 us (this thread
+ * was preempted in it) is not used: it tries again.
  */
 function wallClockOffset(): number {
-  for (let attempt = 0; attempt < 10; attempt++) {
+  for (let attempt = 0; attempt < 20; attempt++) {
+    let from = performance.now();
     const start = Date.now();
-    let before = performance.now();
     // NB: bounded: Date.now() ticks every millisecond
     for (let i = 0; i < 10_000_000; i++) {
+      const m1 = performance.now();
       const wall = Date.now();
-      const after = performance.now();
+      const m2 = performance.now();
       if (wall !== start) {
-        if (wall === start + 1 && after - before < 0.05) return wall - (before + after) / 2;
+        if (wall === start + 1 && m2 - from < 0.05) return wall - (from + m2) / 2;
         break;
       }
-      before = after;
+      from = m1;
     }
   }
   return performance.timeOrigin;
