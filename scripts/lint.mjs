@@ -53,6 +53,8 @@ const treeStamp = () =>
   });
 const before = treeStamp();
 const emit = process.argv.includes("--emit");
+/** Whether step `name` emits the test build and tells this process's parent (see the top). */
+const relays = (name) => emit && name === "types";
 
 async function run(step) {
   const [name, argv] = step;
@@ -67,14 +69,14 @@ async function run(step) {
     // NB: recorded only when nothing changed while it ran, so the record names what was checked
     if (ok && treeStamp() === before) recordPass(root, `lint-${name}`, stamp);
   }
-  if (name === "types" && emit) process.send?.({ typesEnded: true });
+  if (relays(name)) process.send?.({ typesEnded: true });
   return ok;
 }
 
 function spawnStep([name, [cmd, ...args], showOutput]) {
   return new Promise((resolve) => {
     const t0 = Date.now();
-    const relay = name === "types" && emit;
+    const relay = relays(name);
     const child = spawn(cmd, relay ? [...args, "--emit"] : args, {
       cwd: root,
       stdio: ["ignore", "pipe", "pipe", ...(relay ? ["ipc"] : [])],

@@ -7,7 +7,7 @@ export interface BuildProject {
 export const PROJECTS: BuildProject[];
 export function buildInfo(p: BuildProject): string;
 export function buildInputs(root: string): string;
-export function isBuilt(root: string): boolean;
+export function isBuilt(root: string, inputs?: string): boolean;
 export function recordBuilt(root: string, inputs: string): void;
 export function isCold(root: string): boolean;
 export function tscBuild(root: string, p: BuildProject): void;

@@ -38,8 +38,8 @@ export const buildInputs = (root) =>
 const outputs = (root) =>
   PROJECTS.map((p) => fs.statSync(path.join(root, p.entry), { throwIfNoEntry: false })?.mtimeMs ?? "none").join();
 
-/** Whether both projects' outputs are those of a build from today's inputs (nothing to do). */
-export const isBuilt = (root) => passedWith(root, "build", `${buildInputs(root)} ${outputs(root)}`);
+/** Whether both projects' outputs are those of a build from `inputs` (buildInputs: today's; nothing to do). */
+export const isBuilt = (root, inputs = buildInputs(root)) => passedWith(root, "build", `${inputs} ${outputs(root)}`);
 
 /** Records that both projects were built from `inputs` (buildInputs, taken before the build began). */
 export const recordBuilt = (root, inputs) => recordPass(root, "build", `${inputs} ${outputs(root)}`);

@@ -14,8 +14,9 @@ export default function setup(): void {
   // rebuilds its program), before any suite can start: skipped when the inputs of both projects are
   // those of the last successful build and its outputs are still there. Under `npm test` on a cold tree,
   // the type-check step has built both already (scripts/test.mjs), and this finds nothing to do.
-  if (isBuilt(root)) return;
+  // NB: hashed once, before the build, so that a source saved while tsc runs is not recorded as built
   const inputs = buildInputs(root);
+  if (isBuilt(root, inputs)) return;
   for (const p of PROJECTS) tscBuild(root, p);
   recordBuilt(root, inputs);
 }

@@ -30,9 +30,10 @@
  * --heap-growing-percent to TPRPC_HEAP_GROWING_PERCENT (default 100: the next limit is twice the live
  * size; 0 leaves V8's policy), which V8 reads each time it sets a limit. A process-wide memory trade:
  * V8 applies it after choosing its growing mode, so it also overrides the smaller factors (1.1-1.3) V8
- * uses under memory pressure or near the heap limit. Measured (plain master, shm, 40 round trips each, quiet, two runs): 40 MB 37-39 -> 12-13
- * mark-compacts, master CPU 16-19 -> 8-8.5 ms per round trip, round trip 16.0 -> 11.3 ms; 4 MB 12 -> 0
- * mark-compacts per 300, master CPU 1.6 -> 0.8 ms per round trip. Skipped where node's argv or
+ * uses under memory pressure or near the heap limit. Measured (plain master, shm, 40 round trips each,
+ * quiet, two runs): 40 MB 37-39 -> 12-13 mark-compacts, master CPU 16-19 -> 8-8.5 ms per round trip,
+ * round trip 16.0 -> 11.3 ms; 4 MB 12 -> 0 mark-compacts per 300, master CPU 1.6 -> 0.8 ms per round
+ * trip. Skipped where node's argv or
  * NODE_OPTIONS sets --heap-growing-percent.
  */
 import v8 from "node:v8";
@@ -76,10 +77,11 @@ export function heapGrowingPercent(
 export function ensureHeapGrowing(): number {
   if (growing !== undefined) return growing;
   growing = heapGrowingPercent();
-  // NB: V8 reads this flag each time it sets the next limit, so setting it at run time takes effect
-  if (growing > 0) v8.setFlagsFromString(`--heap-growing-percent=${growing}`);
-  if (growing > 0)
+  if (growing > 0) {
+    // NB: V8 reads this flag each time it sets the next limit, so setting it at run time takes effect
+    v8.setFlagsFromString(`--heap-growing-percent=${growing}`);
     debug(1, "heap", `old generation grows by ${growing}% of its live size (TPRPC_HEAP_GROWING_PERCENT)`);
+  }
   return growing;
 }
 

@@ -19,9 +19,8 @@
  * for TPRPC_SCHED_SLICE_US (default 100; 0 leaves the kernel's default) for the calling thread; the
  * threads and processes it starts later inherit it (Linux keeps a custom slice across clone and fork):
  * the channels' sender, receiver and watcher threads, but also libuv's pool threads started later,
- * worker_threads and child processes. Threads
- * with a policy other than SCHED_OTHER are left alone; kernels before 6.12 ignore it
- * (native/src/channels/sched.cc).
+ * worker_threads and child processes. Threads with a policy other than SCHED_OTHER are left alone;
+ * kernels before 6.12 ignore it (native/src/channels/sched.cc).
  */
 import { nativeChannels } from "../native/channels.js";
 import { debug } from "../util/index.js";
@@ -43,9 +42,10 @@ export function ensureLatencySlice(): number {
   const us = latencySliceUs();
   const ch = us > 0 ? nativeChannels() : null;
   applied = 0;
-  // NB: a tuning call: never what stops a pipe from opening (an addon built before it has no latencySlice)
+  // NB: a tuning call: never what stops a pipe from opening (an addon built before it has no latencySlice,
+  // and calling it throws a TypeError)
   try {
-    if (ch && typeof ch.latencySlice === "function") applied = ch.latencySlice(us);
+    if (ch) applied = ch.latencySlice(us);
   } catch (e) {
     debug(1, "sched", `no scheduler slice: ${(e as Error).message}`);
   }

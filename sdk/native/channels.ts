@@ -261,7 +261,8 @@ export function nativeChannels(): NativeChannels | null {
     },
     shmConnect: (name, pid, timeoutMs) => typed(sync(() => raw.shmConnect(name, pid, timeoutMs))).then(shmChannel),
     shmRingBytes: raw.shmRingBytes,
-    // NB: absent from an addon built before it (the caller, ../channel/latency_slice.ts, checks)
+    // NB: absent from an addon built before it: the call then throws a TypeError, which the caller
+    // (../channel/latency_slice.ts) catches
     latencySlice: (us) => sync(() => raw.latencySlice(us)),
     shareAlloc: (n) => sync(() => raw.shareAlloc(n)),
     isShared: (v) => raw.isShared(v),
