@@ -157,64 +157,85 @@ export function runBackward(roots: readonly RootGrad[], opts: BackwardOptions = 
   for (const r of roots) buffers.set(r.node, addGrads(buffers.get(r.node), r.grad));
   for (const b of buffers.values()) refs.hand(b); // a sum of two roots' gradients is the engine's
   const ready: Node[] = [...new Set(roots.map((r) => r.node))].filter((n) => !deps.get(n));
-  noGrad(() => {
-    while (ready.length) {
-      // latest-created first, as PyTorch's engine orders ready nodes
-      let best = 0;
-      for (let i = 1; i < ready.length; i++) if (ready[i]!.sequenceNr > ready[best]!.sequenceNr) best = i;
-      const node = ready.splice(best, 1)[0]!;
-      let grad = buffers.get(node);
-      buffers.delete(node);
-      // NB: handed to the node now (which may save it or pass it on): no longer the engine's alone
-      if (grad !== undefined) owned.delete(grad);
-      let outs: (Tensor | null)[] = node.next.map(() => null);
-      // a node recorded by user code (or of another kind) may keep what it is given or hands on
-      const builtin = node instanceof FunctionNode && !node.custom;
-      if (grad !== undefined) {
-        if (node instanceof AccumulateGrad) {
-          const hooks = node.variable.gradHooks;
-          if (steal && hooks.length === 0) {
-            const take = refs.sole(grad);
-            if (opts.accumulate) opts.accumulate(node.variable, grad, take);
-            else accumulateIntoGrad(node.variable, grad, take);
-            if (take) refs.escape(grad);
-            else refs.consume(grad);
-          } else {
-            refs.escape(grad);
-            accumulate(node.variable, runHooks(hooks, grad));
-          }
-          grad = undefined;
+  noGrad(() => drain({ ready, buffers, owned, deps, refs, opts, steal, accumulate }));
+}
+
+/** runBackward's state while it runs the ready nodes. */
+interface Drain {
+  ready: Node[];
+  buffers: Map<Node, Tensor>;
+  owned: Set<Tensor>;
+  deps: Map<Node, number>;
+  refs: GradRefs;
+  opts: BackwardOptions;
+  steal: boolean;
+  accumulate: NonNullable<BackwardOptions["accumulate"]>;
+}
+
+/**
+ * runBackward's loop, a function of its own: V8 compiles a closure's code per closure, and a
+ * closure made per backward call was optimized again on every call (issue 23: about 3 TurboFan
+ * compilations per pipelined step in each worker).
+ */
+function drain(s: Drain): void {
+  const { ready, buffers, owned, deps, refs, opts, steal, accumulate } = s;
+  while (ready.length) {
+    // latest-created first, as PyTorch's engine orders ready nodes
+    let best = 0;
+    for (let i = 1; i < ready.length; i++) if (ready[i]!.sequenceNr > ready[best]!.sequenceNr) best = i;
+    const node = ready.splice(best, 1)[0]!;
+    let grad = buffers.get(node);
+    buffers.delete(node);
+    // NB: handed to the node now (which may save it or pass it on): no longer the engine's alone
+    if (grad !== undefined) owned.delete(grad);
+    let outs: (Tensor | null)[] = node.next.map(() => null);
+    // a node recorded by user code (or of another kind) may keep what it is given or hands on
+    const builtin = node instanceof FunctionNode && !node.custom;
+    if (grad !== undefined) {
+      if (node instanceof AccumulateGrad) {
+        const hooks = node.variable.gradHooks;
+        if (steal && hooks.length === 0) {
+          const take = refs.sole(grad);
+          if (opts.accumulate) opts.accumulate(node.variable, grad, take);
+          else accumulateIntoGrad(node.variable, grad, take);
+          if (take) refs.escape(grad);
+          else refs.consume(grad);
         } else {
-          if (node.outputHooks.length > 0 || !builtin) {
-            refs.escape(grad);
-            grad = runHooks(node.outputHooks, grad);
-            refs.escape(grad);
-          }
-          const keep = node.retainGradOf?.deref();
-          if (keep) keep.grad = keep.grad ? raw.binary("add", keep.grad, grad) : raw.copyAs(grad);
-          outs = node.apply(grad);
-          // NB: before release (which may recycle a module's dropped intermediates): one that goes on as a
-          // gradient is not dropped any more (./intermediates.ts)
-          for (const g of outs) if (g) keepIntermediate(g);
-          if (!opts.retainGraph) node.release();
+          refs.escape(grad);
+          accumulate(node.variable, runHooks(hooks, grad));
         }
+        grad = undefined;
+      } else {
+        if (node.outputHooks.length > 0 || !builtin) {
+          refs.escape(grad);
+          grad = runHooks(node.outputHooks, grad);
+          refs.escape(grad);
+        }
+        const keep = node.retainGradOf?.deref();
+        if (keep) keep.grad = keep.grad ? raw.binary("add", keep.grad, grad) : raw.copyAs(grad);
+        outs = node.apply(grad);
+        // NB: before release (which may recycle a module's dropped intermediates): one that goes on as a
+        // gradient is not dropped any more (./intermediates.ts)
+        for (const g of outs) if (g) keepIntermediate(g);
+        if (!opts.retainGraph) node.release();
       }
-      node.next.forEach((next, i) => {
-        if (!next) return;
-        const g = outs[i];
-        if (g) {
-          if (builtin) refs.hand(g);
-          else refs.escape(g);
-          buffers.set(next, sumInto(owned, refs, buffers.get(next), g));
-        }
-        const left = deps.get(next)! - 1;
-        deps.set(next, left);
-        if (left === 0) ready.push(next);
-      });
-      // point 7: this node is done with its gradient (after its outputs were counted: one may be a view of it)
-      if (grad !== undefined) refs.consume(grad);
     }
-  });
+    for (let i = 0; i < node.next.length; i++) {
+      const next = node.next[i];
+      if (!next) continue;
+      const g = outs[i];
+      if (g) {
+        if (builtin) refs.hand(g);
+        else refs.escape(g);
+        buffers.set(next, sumInto(owned, refs, buffers.get(next), g));
+      }
+      const left = deps.get(next)! - 1;
+      deps.set(next, left);
+      if (left === 0) ready.push(next);
+    }
+    // point 7: this node is done with its gradient (after its outputs were counted: one may be a view of it)
+    if (grad !== undefined) refs.consume(grad);
+  }
 }
 
 /** tensor.backward(gradient?, retainGraph?) */

@@ -36,61 +36,79 @@ export function offsets(shape: readonly number[], strides: readonly number[], of
   return out;
 }
 
+const NOOP = (): void => {};
+
+/** Element `i` of `s` as a number (readerOf without making a reader). */
+export function readAt(s: Storage, i: number): number {
+  switch (s.dtype) {
+    case "int64":
+      return Number((s.data as BigInt64Array)[i]!);
+    case "float16":
+      return f16ToF32((s.data as Uint16Array)[i]!);
+    case "bfloat16":
+      return bf16ToF32((s.data as Uint16Array)[i]!);
+    default:
+      return (s.data as NumArray)[i]!;
+  }
+}
+
+// NB: readers and writers are these functions bound to an array, not closures: V8 optimized every
+// call's closure anew (issue 23: dozens of TurboFan compilations a minute in a pipelined worker)
+function readInt64(a: BigInt64Array, i: number): number {
+  return Number(a[i]!);
+}
+function readF16(a: Uint16Array, i: number): number {
+  return f16ToF32(a[i]!);
+}
+function readBf16(a: Uint16Array, i: number): number {
+  return bf16ToF32(a[i]!);
+}
+function readPlain(a: NumArray, i: number): number {
+  return a[i]!;
+}
+function writeInt64(a: BigInt64Array, i: number, v: number): void {
+  a[i] = Number.isFinite(v) ? BigInt(Math.trunc(v)) : v > 0 ? 0x7fffffffffffffffn : -0x8000000000000000n;
+}
+function writeF16(a: Uint16Array, i: number, v: number): void {
+  a[i] = f32ToF16(v);
+}
+function writeBf16(a: Uint16Array, i: number, v: number): void {
+  a[i] = f32ToBf16(v);
+}
+function writeBool(a: Uint8Array, i: number, v: number): void {
+  a[i] = v !== 0 ? 1 : 0;
+}
+function writePlain(a: NumArray, i: number, v: number): void {
+  a[i] = v;
+}
+
 export function readerOf(s: Storage): (i: number) => number {
   const d = s.data;
   switch (s.dtype) {
-    case "int64": {
-      const a = d as BigInt64Array;
-      return (i) => Number(a[i]!);
-    }
-    case "float16": {
-      const a = d as Uint16Array;
-      return (i) => f16ToF32(a[i]!);
-    }
-    case "bfloat16": {
-      const a = d as Uint16Array;
-      return (i) => bf16ToF32(a[i]!);
-    }
-    default: {
-      const a = d as NumArray;
-      return (i) => a[i]!;
-    }
+    case "int64":
+      return readInt64.bind(null, d as BigInt64Array);
+    case "float16":
+      return readF16.bind(null, d as Uint16Array);
+    case "bfloat16":
+      return readBf16.bind(null, d as Uint16Array);
+    default:
+      return readPlain.bind(null, d as NumArray);
   }
 }
 
 export function writerOf(s: Storage): (i: number, v: number) => void {
   const d = s.data;
   switch (s.dtype) {
-    case "int64": {
-      const a = d as BigInt64Array;
-      return (i, v) => {
-        a[i] = Number.isFinite(v) ? BigInt(Math.trunc(v)) : v > 0 ? 0x7fffffffffffffffn : -0x8000000000000000n;
-      };
-    }
-    case "float16": {
-      const a = d as Uint16Array;
-      return (i, v) => {
-        a[i] = f32ToF16(v);
-      };
-    }
-    case "bfloat16": {
-      const a = d as Uint16Array;
-      return (i, v) => {
-        a[i] = f32ToBf16(v);
-      };
-    }
-    case "bool": {
-      const a = d as Uint8Array;
-      return (i, v) => {
-        a[i] = v !== 0 ? 1 : 0;
-      };
-    }
-    default: {
-      const a = d as NumArray;
-      return (i, v) => {
-        a[i] = v;
-      };
-    }
+    case "int64":
+      return writeInt64.bind(null, d as BigInt64Array);
+    case "float16":
+      return writeF16.bind(null, d as Uint16Array);
+    case "bfloat16":
+      return writeBf16.bind(null, d as Uint16Array);
+    case "bool":
+      return writeBool.bind(null, d as Uint8Array);
+    default:
+      return writePlain.bind(null, d as NumArray);
   }
 }
 
@@ -127,25 +145,23 @@ export function readContig(t: TensorView): NumArray {
 export function outArray(out: TensorView): [NumArray, () => void] {
   const n = numelOf(out.shape);
   if (direct(out) && out.dtype !== "bool") {
-    return [(out.storage.data as NumArray).subarray(out.offset, out.offset + n), () => {}];
+    return [(out.storage.data as NumArray).subarray(out.offset, out.offset + n), NOOP];
   }
-  const tmp = allocArray(computeDType(out.dtype), n) as NumArray;
   if (out.dtype === "bool") {
     // NB: a Uint8Array would truncate 0.5 to 0; compute bools in float64 and normalise on commit.
     const f = new Float64Array(n);
-    return [
-      f,
-      () => {
-        const o = out.storage.data as Uint8Array;
-        for (let i = 0; i < n; i++) o[out.offset + i] = f[i] !== 0 ? 1 : 0;
-      },
-    ];
+    return [f, commitBool.bind(null, out, f)];
   }
+  const tmp = allocArray(computeDType(out.dtype), n) as NumArray;
+  return [tmp, commitWrite.bind(null, out, tmp)];
+}
+
+function commitBool(out: TensorView, f: Float64Array): void {
+  const o = out.storage.data as Uint8Array;
+  for (let i = 0; i < f.length; i++) o[out.offset + i] = f[i] !== 0 ? 1 : 0;
+}
+
+function commitWrite(out: TensorView, tmp: NumArray): void {
   const write = writerOf(out.storage);
-  return [
-    tmp,
-    () => {
-      for (let i = 0; i < n; i++) write(out.offset + i, tmp[i]!);
-    },
-  ];
+  for (let i = 0; i < tmp.length; i++) write(out.offset + i, tmp[i]!);
 }

@@ -187,7 +187,10 @@ export class Tensor {
   toArray(): number[] {
     const h = this.onHost();
     const read = readerOf(h.storage);
-    return Array.from(offsets(h.shape, h.strides, h.offset), (o) => read(o));
+    const offs = offsets(h.shape, h.strides, h.offset);
+    const out = new Array<number>(offs.length);
+    for (let i = 0; i < offs.length; i++) out[i] = read(offs[i]!);
+    return out;
   }
 
   /** Throws a DTypeError unless this tensor has dtype `d`. */

@@ -8,120 +8,8 @@ import { IndexError } from "../../../errors/index.js";
 import type { NumArray } from "../../dtype.js";
 import { isContiguous, numelOf } from "../../shape.js";
 import type { AdamStepArgs, Backend, BinaryOp, ReduceOp, TensorView, UnaryOp } from "../interface.js";
-import { offsets, outArray, readContig, readerOf, writerOf } from "../../access.js";
-import { erf, gelu, geluGrad, geluTanh, geluTanhGrad, roundHalfEven, sigmoid } from "./math.js";
-
-type Fn1 = (x: number) => number;
-type Fn2 = (a: number, b: number) => number;
-
-function unaryFn(op: UnaryOp, args: readonly number[]): Fn1 {
-  switch (op) {
-    case "neg":
-      return (x) => -x;
-    case "exp":
-      return Math.exp;
-    case "log":
-      return Math.log;
-    case "sqrt":
-      return Math.sqrt;
-    case "rsqrt":
-      return (x) => 1 / Math.sqrt(x);
-    case "abs":
-      return Math.abs;
-    case "sign":
-      return (x) => (x > 0 ? 1 : x < 0 ? -1 : x === 0 ? 0 : x);
-    case "tanh":
-      return Math.tanh;
-    case "sigmoid":
-      return sigmoid;
-    case "relu":
-      return (x) => (x > 0 ? x : Number.isNaN(x) ? x : 0);
-    case "gelu":
-      return gelu;
-    case "geluTanh":
-      return geluTanh;
-    case "geluGrad":
-      return geluGrad;
-    case "geluTanhGrad":
-      return geluTanhGrad;
-    case "erf":
-      return erf;
-    case "sin":
-      return Math.sin;
-    case "cos":
-      return Math.cos;
-    case "reciprocal":
-      return (x) => 1 / x;
-    case "square":
-      return (x) => x * x;
-    case "log1p":
-      return Math.log1p;
-    case "expm1":
-      return Math.expm1;
-    case "floor":
-      return Math.floor;
-    case "ceil":
-      return Math.ceil;
-    case "round":
-      return roundHalfEven;
-    case "logicalNot":
-      return (x) => (x === 0 ? 1 : 0);
-    case "isnan":
-      return (x) => (Number.isNaN(x) ? 1 : 0);
-    case "powScalar": {
-      const e = args[0]!;
-      if (e === 2) return (x) => x * x;
-      if (e === 0.5) return Math.sqrt;
-      return (x) => x ** e;
-    }
-    case "clamp": {
-      const lo = args[0] ?? Number.NaN;
-      const hi = args[1] ?? Number.NaN;
-      return (x) => {
-        if (Number.isNaN(x)) return x;
-        let y = x;
-        if (!Number.isNaN(lo) && y < lo) y = lo;
-        if (!Number.isNaN(hi) && y > hi) y = hi;
-        return y;
-      };
-    }
-  }
-}
-
-function binaryFn(op: BinaryOp, integral: boolean): Fn2 {
-  switch (op) {
-    case "add":
-      return (a, b) => a + b;
-    case "sub":
-      return (a, b) => a - b;
-    case "mul":
-      return (a, b) => a * b;
-    case "div":
-      return (a, b) => a / b;
-    case "pow":
-      return integral ? (a, b) => Math.trunc(a ** b) : (a, b) => a ** b;
-    case "maximum":
-      return (a, b) => (Number.isNaN(a) || Number.isNaN(b) ? Number.NaN : a > b ? a : b);
-    case "minimum":
-      return (a, b) => (Number.isNaN(a) || Number.isNaN(b) ? Number.NaN : a < b ? a : b);
-    case "eq":
-      return (a, b) => (a === b ? 1 : 0);
-    case "ne":
-      return (a, b) => (a !== b ? 1 : 0);
-    case "lt":
-      return (a, b) => (a < b ? 1 : 0);
-    case "le":
-      return (a, b) => (a <= b ? 1 : 0);
-    case "gt":
-      return (a, b) => (a > b ? 1 : 0);
-    case "ge":
-      return (a, b) => (a >= b ? 1 : 0);
-    case "logicalAnd":
-      return (a, b) => (a !== 0 && b !== 0 ? 1 : 0);
-    case "logicalOr":
-      return (a, b) => (a !== 0 || b !== 0 ? 1 : 0);
-  }
-}
+import { offsets, outArray, readAt, readContig, readerOf, writerOf } from "../../access.js";
+import { binaryFn, unaryFn } from "./fns.js";
 
 function isScalarView(t: TensorView): boolean {
   return t.strides.every((s, i) => s === 0 || t.shape[i] === 1);
@@ -219,6 +107,15 @@ export class TsBackend implements Backend {
   }
 
   fill(dst: TensorView, value: number): void {
+    const d = dst.dtype;
+    if (
+      (d === "float32" || d === "float64" || d === "int32" || d === "uint8") &&
+      isContiguous(dst.shape, dst.strides)
+    ) {
+      // NB: as the writer stores (the typed array converts), without a writer closure per call
+      (dst.storage.data as NumArray).fill(value, dst.offset, dst.offset + numelOf(dst.shape));
+      return;
+    }
     const write = writerOf(dst.storage);
     const offs = offsets(dst.shape, dst.strides, dst.offset);
     for (let i = 0; i < offs.length; i++) write(offs[i]!, value);
@@ -239,10 +136,10 @@ export class TsBackend implements Backend {
     const n = o.length;
     if (isScalarView(b)) {
       const av = readContig(a);
-      const bv = readerOf(b.storage)(b.offset);
+      const bv = readAt(b.storage, b.offset);
       for (let i = 0; i < n; i++) o[i] = f(av[i]!, bv);
     } else if (isScalarView(a)) {
-      const av = readerOf(a.storage)(a.offset);
+      const av = readAt(a.storage, a.offset);
       const bv = readContig(b);
       for (let i = 0; i < n; i++) o[i] = f(av, bv[i]!);
     } else {
