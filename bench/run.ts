@@ -22,7 +22,8 @@
  * processes. `-- --rpc-only` / `-- --no-rpc` run one section. `-- --collectives` runs only the
  * tprpc.distributed section (bench/collectives.ts: send/recv per channel, allReduce in 3 and 4
  * processes, beside torch.distributed's gloo). `-- --e2e` runs only the whole-workload section
- * (bench/e2e.ts: notebook 04's pipelined GPT beside its PyTorch RPC twin).
+ * (bench/e2e.ts: notebook 04's pipelined GPT beside its PyTorch RPC twin). `-- --fetch-ahead` runs a
+ * two-stage pipeline with and without RRef arguments fetched ahead (bench/fetch_ahead.ts).
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -33,6 +34,7 @@ import { backend, manualSeed, randn, setNumThreads } from "../sdk/index.js";
 import { rpcBench } from "./rpc.js";
 import { collectivesBench } from "./collectives.js";
 import { e2eBench } from "./e2e.js";
+import { fetchAheadBench } from "./fetch_ahead.js";
 import { fullGc } from "./rpc_common.js";
 
 const QUICK = process.argv.includes("--quick");
@@ -297,6 +299,7 @@ const childAt = process.argv.indexOf("--child");
 if (childAt >= 0) child(process.argv[childAt + 1]!, Number(process.argv[childAt + 2]));
 else if (process.argv.includes("--collectives")) await collectivesBench(QUICK);
 else if (process.argv.includes("--e2e")) await e2eBench(process.argv.slice(2));
+else if (process.argv.includes("--fetch-ahead")) await fetchAheadBench(process.argv.slice(2));
 else {
   // --rpc-only / --no-rpc pick one section; the RPC section (bench/rpc.ts) follows the tensor one.
   if (!process.argv.includes("--rpc-only")) main();

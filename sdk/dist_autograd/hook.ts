@@ -16,6 +16,8 @@
  *    (sdk/rpc/device_map_hook.ts), by which its gradients go back.
  * 4. Around a request's target: run it with the caller's context current (no
  *    context when the request named none).
+ * 5. Scope: the current context id (a value fetched ahead in one context is
+ *    not used in another, sdk/rpc/fetch_ahead.ts).
  */
 import { ProtocolError } from "../errors/index.js";
 import { isGradEnabled } from "../autograd/grad_mode.js";
@@ -124,6 +126,8 @@ function incoming(msg: {
 
 function around<T>(meta: unknown, _from: string, run: () => Promise<T>): Promise<T> {
   const m = parseMeta(meta);
+  // NB: made here too, for a fetch ahead that starts before the request's `incoming` (sdk/rpc/fetch_ahead.ts)
+  if (m) getOrCreateContext(m.c);
   return runInContext(m ? m.c : null, run);
 }
 
@@ -133,7 +137,7 @@ let installed = false;
 export function installHook(): void {
   if (installed) return;
   installed = true;
-  addMessageHook({ key: HOOK_KEY, outgoing, incoming, around });
+  addMessageHook({ key: HOOK_KEY, outgoing, incoming, around, scope: (agent) => currentContextId(agent) });
 }
 
 /** This worker's name (for error messages). */

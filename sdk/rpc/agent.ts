@@ -5,7 +5,6 @@
  * matches their replies by message id (./pending_calls.ts), and serves what
  * arrives (./serving.ts). Nothing of it is process-global: which agent is
  * current is ./process.ts's business.
- *
  * A call, caller's side (the callee's is in ./serving.ts):
  * 1. Resolve the destination (name, rank or WorkerInfo), validate timeoutMs,
  *    run the message hooks' `outgoing` (./hooks.ts: distributed autograd,
@@ -123,7 +122,7 @@ export class Agent implements RRefHost {
       const p = new RpcPipe(
         Pipe.accept(conn, this.pipeOptions()),
         this.rrefs,
-        (m, from, _bytes, waits) => this.server.serve(m, from, waits),
+        (m, from, _bytes, waits, users) => this.server.serve(m, from, waits, users),
         (from) => this.inbound.delete(from),
       );
       this.inbound.add(p);
@@ -233,13 +232,14 @@ export class Agent implements RRefHost {
   }
 
   /** RRefHost: the owner's value. */
-  fetch(owner: string, rrefId: string, timeoutMs?: number): Promise<unknown> {
+  fetch(owner: string, rrefId: string, timeoutMs?: number, ahead = false): Promise<unknown> {
     try {
       this.workerInfo(owner);
     } catch (e) {
       return Promise.reject(e);
     }
-    return this.request(owner, MessageType.RREF_FETCH, null, [], { rrefId }, timeoutMs);
+    const extra: Record<string, string> = ahead ? { rrefId, ahead: "1" } : { rrefId };
+    return this.request(owner, MessageType.RREF_FETCH, null, [], extra, timeoutMs);
   }
 
   /** RRefHost: proxies (r.rpcSync().method(...)). */

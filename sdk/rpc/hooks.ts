@@ -41,6 +41,11 @@ export interface MessageHook {
     ext?: Record<string, unknown>;
   }): unknown;
   around?<T>(meta: unknown, from: string, run: () => Promise<T>): Promise<T>;
+  /**
+   * What identifies the hook's current state here (distributed autograd: the current context id),
+   * so that work started in one scope is used only in the same one (./fetch_ahead.ts).
+   */
+  scope?(agent?: Agent): unknown;
 }
 
 const messageHooks: MessageHook[] = [];
@@ -96,4 +101,11 @@ export function hookAround<T>(
     f = () => around(ext?.[h.key], from, inner);
   }
   return f();
+}
+
+/** Each hook's scope (see MessageHook.scope), in hook order; hooks without one are left out. */
+export function hookScope(agent: unknown): unknown[] {
+  const out: unknown[] = [];
+  for (const h of messageHooks) if (h.scope) out.push(h.scope(agent as Agent | undefined));
+  return out;
 }

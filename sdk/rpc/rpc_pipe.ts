@@ -37,6 +37,7 @@ import {
 } from "../wire/index.js";
 import type { DeviceMap } from "./device_map.js";
 import { routeOf } from "./device_map_hook.js";
+import type { RRef } from "./rref.js";
 import type { RRefContext } from "./rref_context.js";
 
 /** The pipe's allocateDevice: fresh memory for `byteLength` received bytes on a local device. */
@@ -60,6 +61,8 @@ export type RpcMessageHandler = (
   bytes: number,
   /** What the call must wait for before it runs (see RRefContext.takeOwnedArrivals); null: nothing. */
   waits: Promise<unknown>[] | null,
+  /** The unconfirmed user RRefs it carried (RRefContext.takeUserArrivals); null: none. */
+  users: RRef<unknown>[] | null,
 ) => void;
 
 /**
@@ -97,7 +100,7 @@ export class RpcPipe {
       );
       // NB: a decode error propagates to the pipe, which closes (a malformed frame closes that pipe)
       const m = decodeControl(r.control, bytes, { user: rrefs });
-      onMessage(m, this, r.bytes, rrefs.takeOwnedArrivals());
+      onMessage(m, this, r.bytes, rrefs.takeOwnedArrivals(), rrefs.takeUserArrivals());
     });
     pipe.onClose((e) => onClose(this, e));
     pipe.onDestination((control, index, entries) => {

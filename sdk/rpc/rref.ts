@@ -37,6 +37,8 @@
  */
 import { ProtocolError, RpcError } from "../errors/index.js";
 import { registerWireType } from "../wire/index.js";
+import { type Ahead, sameScope } from "./fetch_ahead.js";
+import { hookScope } from "./hooks.js";
 import { currentAgent } from "./process.js";
 import type { WorkerInfo } from "./rendezvous/index.js";
 import type { RRefContext } from "./rref_context.js";
@@ -45,8 +47,8 @@ import type { RRefContext } from "./rref_context.js";
 export interface RRefHost {
   readonly name: string;
   workerInfo(name?: string): WorkerInfo;
-  /** Asks the owner for the value. */
-  fetch(owner: string, rrefId: string, timeoutMs?: number): Promise<unknown>;
+  /** Asks the owner for the value (`ahead`: a fetch ahead, which the owner may decline; ./fetch_ahead.ts). */
+  fetch(owner: string, rrefId: string, timeoutMs?: number, ahead?: boolean): Promise<unknown>;
   /** Calls `method(...args)` on the owner's value: kind "sync"/"async" resolve to the result, "remote" returns an RRef. */
   callMethod(
     rref: RRef<unknown>,
@@ -84,6 +86,8 @@ export class RRef<T = unknown> {
   /** Waiters for `failure` (a toHere racing the creation) and for confirmation (an RRef argument). */
   private onFailure: ((e: Error) => void)[] = [];
   private onConfirm: (() => void)[] = [];
+  /** The value fetched ahead for the first toHere() (./fetch_ahead.ts), or null. */
+  private ahead: Ahead | null = null;
 
   /**
    * A local owner RRef holding `value`, as torch's rpc.RRef(value). Internal
@@ -177,7 +181,19 @@ export class RRef<T = unknown> {
   async toHere(timeoutMs?: number): Promise<T> {
     if (this.failure) throw this.failure;
     if (this.isOwner()) return (await this.host.rrefs.valueOf(this.rrefId)) as T;
+    const ahead = this.ahead;
+    this.ahead = null;
+    // NB: a value fetched ahead serves the first toHere() without a timeout in the hook scope it was fetched in
+    if (ahead && timeoutMs === undefined && sameScope(ahead.scope, hookScope(this.host))) {
+      const got = await ahead.value;
+      if (got) return got.v as T;
+    }
     return (await this.orFailure(this.host.fetch(this.ownerName_, this.rrefId, timeoutMs))) as T;
+  }
+
+  /** @internal a fetch ahead of this RRef's value started (./fetch_ahead.ts). */
+  setAhead(a: Ahead): void {
+    this.ahead = a;
   }
 
   /**

@@ -46,6 +46,8 @@ export class RRefContext {
   private counter = 0;
   /** Values of owner RRefs, and confirmations of user forks, decoded since the last takeOwnedArrivals() (see materialize). */
   private ownedArrivals: Promise<unknown>[] | null = null;
+  /** Unconfirmed user RRefs decoded since the last takeUserArrivals(). */
+  private userArrivals: RRef<unknown>[] | null = null;
   closed = false;
   /** The worker the message being encoded goes to (set by RpcPipe.send around the encoding; "" outside it). */
   encodingFor = "";
@@ -318,6 +320,7 @@ export class RRefContext {
       // until then the RRef (and so the call) is held here (see pendingUsers)
       this.pendingUsers.set(d.fork, r);
       (this.ownedArrivals ??= []).push(r.settled());
+      (this.userArrivals ??= []).push(r);
       void host.notify(d.owner, "forkRequest", { rrefId: d.rrefId, fork: d.fork, parent: d.parent });
     }
     return r;
@@ -330,6 +333,13 @@ export class RRefContext {
   takeOwnedArrivals(): Promise<unknown>[] | null {
     const a = this.ownedArrivals;
     this.ownedArrivals = null;
+    return a;
+  }
+
+  /** The unconfirmed user RRefs the last decoded message carried (null when none), for ./fetch_ahead.ts. */
+  takeUserArrivals(): RRef<unknown>[] | null {
+    const a = this.userArrivals;
+    this.userArrivals = null;
     return a;
   }
 

@@ -24,9 +24,11 @@ import { debug } from "../util/index.js";
 import { type DecodedMessage, MessageType } from "../wire/index.js";
 import type { Agent } from "./agent.js";
 import { collectGarbage } from "./gc.js";
-import { hookAround, hookIncoming, hookOutgoing } from "./hooks.js";
+import { DECLINED, fetchAhead, fetchAheadOn, fitsAhead } from "./fetch_ahead.js";
+import { hookAround, hookIncoming, hookOutgoing, hookScope } from "./hooks.js";
 import { runServing } from "./process.js";
 import { nowMs } from "./profiler.js";
+import type { RRef } from "./rref.js";
 import type { RpcPipe } from "./rpc_pipe.js";
 import { ServeQueue } from "./serve_queue.js";
 import {
@@ -43,6 +45,8 @@ interface RequestPayload {
   /** Metadata of message hooks, by hook key. */
   ext?: Record<string, unknown>;
   rrefId?: string;
+  /** "1" on a fetch ahead (./fetch_ahead.ts). */
+  ahead?: string;
   fork?: string;
   parent?: string;
   /** 1 when the caller's profiler wants the span the target ran here. */
@@ -85,7 +89,7 @@ export class CallServer {
   }
 
   /** Serves one message that arrived on `from` (see the file's top). */
-  serve(m: DecodedMessage, from: RpcPipe, waits: Promise<unknown>[] | null): void {
+  serve(m: DecodedMessage, from: RpcPipe, waits: Promise<unknown>[] | null, users?: RRef<unknown>[] | null): void {
     const body = m.payload as RequestPayload;
     const rrefs = this.agent.rrefs;
     switch (m.type) {
@@ -125,6 +129,11 @@ export class CallServer {
       // NB: reply() never rejects: a failure is answered with ERROR (and a failed ERROR send is dropped)
       void work.finally(() => this.running.delete(work));
     };
+    if (users && fetchAheadOn()) {
+      // NB: right behind the fork requests, inside the call's hooks (./fetch_ahead.ts)
+      const agent = this.agent;
+      void runServing(agent, () => hookAround(body.ext, body.from, async () => fetchAhead(users, hookScope(agent))));
+    }
     if (m.type === MessageType.RREF_FETCH) start();
     else if (!waits) this.queue.push(start);
     else {
@@ -142,8 +151,14 @@ export class CallServer {
     try {
       let value: unknown = null;
       if (m.type === MessageType.REQUEST) value = await this.runTarget(body);
-      else if (m.type === MessageType.RREF_FETCH) value = await this.agent.rrefs.valueOf(body.rrefId!);
-      else {
+      else if (m.type === MessageType.RREF_FETCH) {
+        value = await this.agent.rrefs.valueOf(body.rrefId!);
+        // NB: a fetch ahead gets small tensors only; the caller then fetches as before (./fetch_ahead.ts)
+        if (body.ahead === "1" && !fitsAhead(value)) {
+          await to.send(MessageType.ERROR, m.id, { error: DECLINED }).catch(() => undefined);
+          return;
+        }
+      } else {
         // REMOTE_CALL: the owner keeps the value (or its error, for toHere); the reply, once the value
         // is made, is the confirmation (the caller's timeout covers making it, as PyTorch's does)
         const made = this.runTarget(body);
