@@ -9,19 +9,24 @@
  * with the bench's --timeline).
  *
  * What: when a call arrives with unconfirmed user RRefs among its arguments, the callee sends one
- * RREF_FETCH marked `ahead` for each, right behind its fork request, from inside the call's hook
- * context (a distributed autograd context records the fetch as toHere would). The owner answers it
- * with the value only when the value is a tensor, or an array of at most 16 tensors, of at most
- * TPRPC_RREF_FETCH_AHEAD_BYTES (4 MiB; 0 turns fetching ahead off) in all; anything else is declined
- * with a short ERROR, so an RRef to a module or any other object is never copied unasked. The
- * first toHere() on that RRef, without a timeout and in the same hook context (the same distributed
- * autograd context), takes the fetched value; later ones fetch as before. A declined or failed
- * fetch ahead makes that toHere() fetch as before (so its error, if any, is the usual one).
+ * RREF_FETCH marked `ahead` for each RRef id (at most 16 in flight per process), from inside the
+ * call's hook context (a distributed autograd context records the fetch as toHere would). It leaves
+ * just before the fork request (which goes a microtask later); the owner's entry exists by then, or is
+ * made pending. The owner answers it with the value only when the value's REMOTE_CALL has arrived and
+ * the value is a tensor, or an array of at most 16 tensors, of at most TPRPC_RREF_FETCH_AHEAD_BYTES
+ * (4 MiB; 0 turns fetching ahead off) in all; anything else is declined with a short ERROR, so an RRef
+ * to a module or any other object is never copied unasked. The first toHere() on that RRef during
+ * that call, without a timeout and in the same hook scope (the same distributed autograd context),
+ * takes the fetched value; any other toHere() fetches as before, and so does one after a method call
+ * through the RRef's proxies (which may change the value) or whose fetch ahead was declined or failed
+ * (so its error, if any, is the usual one). The copy is the value as the owner had it when it answered.
  *
  * Costs: a value fetched ahead that the call never reads was copied for nothing (at most the byte
- * limit per RRef argument), and in a distributed autograd context its send and receive are recorded
- * (they take no part in a backward pass that does not reach them). A fetch ahead has the agent's
- * default timeout; a toHere() that finds it timed out fetches again with its own.
+ * limit per RRef argument). In a distributed autograd context its send and receive are recorded (they
+ * take no part in a backward pass that does not reach them), and the owner and the callee know each
+ * other as context workers (one more cleanup message each). A fetch ahead has the agent's default
+ * timeout; a toHere() that finds it timed out fetches again with its own. rpc.profiler and the state
+ * dump show fetches ahead as fetches.
  */
 import { itemSize } from "../tensor/dtype.js";
 import { Tensor } from "../tensor/tensor.js";
@@ -71,16 +76,32 @@ export interface Ahead {
   readonly scope: readonly unknown[];
 }
 
-/** Starts a fetch ahead for each of `users` (RRefs that arrived with a call). Call it inside the call's hooks' context. */
+/** At most this many fetches ahead in flight per process (each at most the byte limit). */
+const MAX_IN_FLIGHT = 16;
+let inFlight = 0;
+
+/**
+ * Starts a fetch ahead for each of `users` (RRefs that arrived with a call), one per RRef id, while
+ * fewer than 16 are in flight in this process. Call it inside the call's hooks' context.
+ */
 export function fetchAhead(users: readonly RRef<unknown>[], scope: readonly unknown[]): void {
+  const seen = new Set<string>();
   for (const r of users) {
-    if (r.isOwner() || r.creationFailure) continue;
+    if (r.isOwner() || r.creationFailure || seen.has(r.rrefId) || inFlight >= MAX_IN_FLIGHT) continue;
+    seen.add(r.rrefId);
+    inFlight++;
     const value = r.host.fetch(r.ownerName(), r.rrefId, undefined, true).then(
       (v) => ({ v }),
       () => null,
     );
+    void value.finally(() => inFlight--);
     r.setAhead({ value, scope });
   }
+}
+
+/** The call that brought `users` has finished: what was fetched ahead for it is no longer used. */
+export function dropAhead(users: readonly RRef<unknown>[]): void {
+  for (const r of users) r.setAhead(null);
 }
 
 /** Whether two hook scopes are the same (element by element). */

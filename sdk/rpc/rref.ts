@@ -191,8 +191,8 @@ export class RRef<T = unknown> {
     return (await this.orFailure(this.host.fetch(this.ownerName_, this.rrefId, timeoutMs))) as T;
   }
 
-  /** @internal a fetch ahead of this RRef's value started (./fetch_ahead.ts). */
-  setAhead(a: Ahead): void {
+  /** @internal a fetch ahead of this RRef's value started, or (null) is no longer used (./fetch_ahead.ts). */
+  setAhead(a: Ahead | null): void {
     this.ahead = a;
   }
 
@@ -241,6 +241,7 @@ export class RRef<T = unknown> {
                   if (kind !== "remote") return Promise.reject(this.failure);
                   throw this.failure;
                 }
+                this.ahead = null; // NB: the method may change the value (./fetch_ahead.ts)
                 const r = this.host.callMethod(this as RRef<unknown>, kind, method, args, timeoutMs);
                 return kind === "remote" ? r : this.orFailure(r as Promise<unknown>);
               }

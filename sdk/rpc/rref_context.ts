@@ -68,6 +68,12 @@ export class RRefContext {
     return this.owned.size;
   }
 
+  /** Whether the value of `rrefId` is owned here and its REMOTE_CALL has arrived (made or being made). */
+  valueKnown(rrefId: string): boolean {
+    const e = this.owned.get(rrefId);
+    return e !== undefined && e.provide === null;
+  }
+
   /**
    * The owner entry for `rrefId`, made pending when a fork request or a fetch
    * arrives before the REMOTE_CALL that creates the value (they travel on

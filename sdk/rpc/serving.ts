@@ -24,7 +24,7 @@ import { debug } from "../util/index.js";
 import { type DecodedMessage, MessageType } from "../wire/index.js";
 import type { Agent } from "./agent.js";
 import { collectGarbage } from "./gc.js";
-import { DECLINED, fetchAhead, fetchAheadOn, fitsAhead } from "./fetch_ahead.js";
+import { DECLINED, dropAhead, fetchAhead, fetchAheadOn, fitsAhead } from "./fetch_ahead.js";
 import { hookAround, hookIncoming, hookOutgoing, hookScope } from "./hooks.js";
 import { runServing } from "./process.js";
 import { nowMs } from "./profiler.js";
@@ -127,12 +127,22 @@ export class CallServer {
       const work = runServing(this.agent, () => this.reply(m, body, from));
       this.running.add(work);
       // NB: reply() never rejects: a failure is answered with ERROR (and a failed ERROR send is dropped)
-      void work.finally(() => this.running.delete(work));
+      void work.finally(() => {
+        this.running.delete(work);
+        // NB: a value fetched ahead is for this call only (later toHere() calls fetch the owner's value then)
+        if (users) dropAhead(users);
+      });
     };
     if (users && fetchAheadOn()) {
-      // NB: right behind the fork requests, inside the call's hooks (./fetch_ahead.ts)
+      // NB: inside the call's hooks; a hook that rejects the message's metadata fails the call, not this (./fetch_ahead.ts)
       const agent = this.agent;
-      void runServing(agent, () => hookAround(body.ext, body.from, async () => fetchAhead(users, hookScope(agent))));
+      try {
+        void runServing(agent, () =>
+          hookAround(body.ext, body.from, async () => fetchAhead(users, hookScope(agent))),
+        ).catch(() => undefined);
+      } catch {
+        // the call itself reports it
+      }
     }
     if (m.type === MessageType.RREF_FETCH) start();
     else if (!waits) this.queue.push(start);
@@ -152,9 +162,11 @@ export class CallServer {
       let value: unknown = null;
       if (m.type === MessageType.REQUEST) value = await this.runTarget(body);
       else if (m.type === MessageType.RREF_FETCH) {
-        value = await this.agent.rrefs.valueOf(body.rrefId!);
-        // NB: a fetch ahead gets small tensors only; the caller then fetches as before (./fetch_ahead.ts)
-        if (body.ahead === "1" && !fitsAhead(value)) {
+        // NB: a fetch ahead gets small tensors only, of a value whose REMOTE_CALL is here; else the caller
+        // fetches as before (./fetch_ahead.ts)
+        const ahead = body.ahead === "1";
+        if (!ahead || this.agent.rrefs.valueKnown(body.rrefId!)) value = await this.agent.rrefs.valueOf(body.rrefId!);
+        if (ahead && (!this.agent.rrefs.valueKnown(body.rrefId!) || !fitsAhead(value))) {
           await to.send(MessageType.ERROR, m.id, { error: DECLINED }).catch(() => undefined);
           return;
         }

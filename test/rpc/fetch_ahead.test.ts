@@ -165,4 +165,72 @@ describe("fetching RRef arguments ahead (in-process group)", () => {
     expect(sum).toBe(2);
     expect(kinds()).toEqual([true, false]);
   });
+
+  it("is not used after a method call through the RRef's proxies: toHere() then sees the owner's changed value", async () => {
+    spyFetch();
+    const x = rpc.remote<Tensor>("worker1", tprpc.zeros, [[2]]);
+    const sum = await rpc.rpcSync<number>(
+      "worker2",
+      async (r: rpc.RRef<Tensor>) => {
+        await r.rpcSync().add_(5);
+        return (await r.toHere()).sum().item();
+      },
+      [x],
+    );
+    expect(sum).toBe(10);
+    expect(kinds()).toEqual([true, false]);
+  });
+
+  it("is dropped when the call that brought the RRef finishes: a later call's toHere() fetches the value then", async () => {
+    spyFetch();
+    const key = "__fetchAheadStash";
+    const x = rpc.remote<Tensor>("worker1", tprpc.zeros, [[3]]);
+    await rpc.rpcSync(
+      "worker2",
+      (r: rpc.RRef<Tensor>, k: string) => void ((globalThis as Record<string, unknown>)[k] = r),
+      [x, key],
+    );
+    await x.rpcSync().add_(1);
+    const sum = await rpc.rpcSync<number>(
+      "worker2",
+      async (k: string) =>
+        (await ((globalThis as Record<string, unknown>)[k] as rpc.RRef<Tensor>).toHere()).sum().item(),
+      [key],
+    );
+    delete (globalThis as Record<string, unknown>)[key];
+    expect(sum).toBe(3);
+    expect(kinds()).toEqual([true, false]);
+  });
+
+  it("fetches once per RRef id when a call carries the same RRef twice", async () => {
+    spyFetch();
+    const x = rpc.remote<Tensor>("worker1", tprpc.ones, [[2]]);
+    const sum = await rpc.rpcSync<number>(
+      "worker2",
+      async (a: rpc.RRef<Tensor>, b: rpc.RRef<Tensor>) =>
+        (await a.toHere())
+          .add(await b.toHere())
+          .sum()
+          .item(),
+      [x, x],
+    );
+    expect(sum).toBe(4);
+    expect(kinds()).toEqual([true, false]);
+  });
+
+  it("a value fetched ahead and never read leaves the distributed backward pass complete and correct", async () => {
+    spyFetch();
+    await distAutograd.context(async (id) => {
+      const t = tprpc.ones([2], { requiresGrad: true });
+      const x = rpc.remote<Tensor>("worker1", tprpc.mul, [t, 3]);
+      const u = tprpc.ones([2], { requiresGrad: true });
+      // NB: the call ignores its RRef argument; its result depends on u only
+      const y = await rpc.rpcSync<Tensor>("worker2", (_r: rpc.RRef<Tensor>, v: Tensor) => v.mul(2), [x, u]);
+      await distAutograd.backward(id, [y.sum()]);
+      const grads = distAutograd.getGradients(id);
+      expect(grads.get(u)!.toArray()).toEqual([2, 2]);
+      expect(grads.has(t)).toBe(false);
+    });
+    expect(kinds()).toEqual([true]);
+  });
 });
