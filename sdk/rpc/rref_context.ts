@@ -46,6 +46,8 @@ export class RRefContext {
   private counter = 0;
   /** Values of owner RRefs, and confirmations of user forks, decoded since the last takeOwnedArrivals() (see materialize). */
   private ownedArrivals: Promise<unknown>[] | null = null;
+  /** RRef ids whose REMOTE_CALL arrived but has not started (see valueKnown). */
+  private readonly remotesQueued = new Set<string>();
   /** Unconfirmed user RRefs decoded since the last takeUserArrivals(). */
   private userArrivals: RRef<unknown>[] | null = null;
   closed = false;
@@ -68,10 +70,15 @@ export class RRefContext {
     return this.owned.size;
   }
 
-  /** Whether the value of `rrefId` is owned here and its REMOTE_CALL has arrived (made or being made). */
+  /** Whether the REMOTE_CALL making `rrefId`'s value has arrived here (queued, running or done; ./fetch_ahead.ts). */
   valueKnown(rrefId: string): boolean {
     const e = this.owned.get(rrefId);
-    return e !== undefined && e.provide === null;
+    return (e !== undefined && e.provide === null) || this.remotesQueued.has(rrefId);
+  }
+
+  /** A REMOTE_CALL for `rrefId` arrived and waits in the serve queue (own() takes it off). */
+  remoteQueued(rrefId: string): void {
+    this.remotesQueued.add(rrefId);
   }
 
   /**
@@ -104,6 +111,7 @@ export class RRefContext {
   /** Stores a value made here for the fork `fork`, held by the worker `holder`. */
   own(rrefId: string, value: Promise<unknown>, fork: string, holder: string): void {
     const e = this.entry(rrefId);
+    this.remotesQueued.delete(rrefId);
     e.provide?.(value);
     e.provide = null;
     e.forks.set(fork, holder);

@@ -133,6 +133,7 @@ export class CallServer {
         if (users) dropAhead(users);
       });
     };
+    if (m.type === MessageType.REMOTE_CALL) rrefs.remoteQueued(body.rrefId!);
     if (users && fetchAheadOn()) {
       // NB: inside the call's hooks; a hook that rejects the message's metadata fails the call, not this (./fetch_ahead.ts)
       const agent = this.agent;

@@ -11,6 +11,8 @@ import * as sdk from "../../sdk/index.js";
 import { type Tensor, distAutograd, rpc } from "../../sdk/index.js";
 import type { Agent } from "../../sdk/rpc/agent.js";
 import { fetchAheadBytes, fitsAhead } from "../../sdk/rpc/fetch_ahead.js";
+import type { RRefHost } from "../../sdk/rpc/rref.js";
+import { RRefContext } from "../../sdk/rpc/rref_context.js";
 import { type InProcessGroup, startGroup, stopGroup } from "../conformance/group.js";
 
 // NB: shipped sources name `tprpc`, which the callee binds to its SDK
@@ -40,6 +42,17 @@ describe("fetchAheadBytes and fitsAhead", () => {
     expect(fitsAhead(sdk.ones([2], { dtype: "float64" }), 16)).toBe(true);
     for (const v of [[], [t, 1], { t }, 3, null, undefined, "x"]) expect(fitsAhead(v, 1 << 20)).toBe(false);
     expect(fitsAhead(t, 0)).toBe(false);
+  });
+});
+
+describe("RRefContext.valueKnown (the owner's test before it answers a fetch ahead)", () => {
+  it("counts a REMOTE_CALL that arrived and waits in the serve queue, not an id known only from a fork request", () => {
+    const ctx = new RRefContext(() => ({ name: "worker1" }) as unknown as RRefHost);
+    expect(ctx.valueKnown("master:1")).toBe(false);
+    ctx.addFork("master:2", "master:3", "worker2");
+    expect(ctx.valueKnown("master:2")).toBe(false);
+    ctx.remoteQueued("master:1");
+    expect(ctx.valueKnown("master:1")).toBe(true);
   });
 });
 
