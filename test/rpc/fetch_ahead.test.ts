@@ -64,6 +64,10 @@ describe("fetching RRef arguments ahead (in-process group)", () => {
   beforeAll(async () => {
     group = await startGroup({ workers: 2 });
     worker2 = group.agents[1]!;
+    // NB: opens the pipes master -> worker1, master -> worker2 and worker2 -> worker1 first, so a remote()'s
+    // REMOTE_CALL is written at once and reaches worker1 before worker2's fetch ahead (else worker1 declines it)
+    await rpc.rpcSync("worker1", tprpc.ones, [[1]]);
+    await rpc.rpcSync("worker2", () => tprpc.rpc.rpcSync("worker1", tprpc.ones, [[1]]));
   }, 30_000);
   afterAll(() => stopGroup(group), 30_000);
   afterEach(() => sinon.restore());
