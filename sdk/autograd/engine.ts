@@ -173,9 +173,9 @@ interface Drain {
 }
 
 /**
- * runBackward's loop, a function of its own: V8 compiles a closure's code per closure, and a
- * closure made per backward call was optimized again on every call (issue 23: about 3 TurboFan
- * compilations per pipelined step in each worker).
+ * runBackward's loop, a function of its own rather than a closure made per backward pass: V8 holds
+ * a closure site's optimized code weakly, and a full GC between two passes dropped it, so the loop was
+ * compiled again and again (issue 23; docs/architecture.md, small-op speed).
  */
 function drain(s: Drain): void {
   const { ready, buffers, owned, deps, refs, opts, steal, accumulate } = s;

@@ -42,18 +42,19 @@ const NOOP = (): void => {};
 export function readAt(s: Storage, i: number): number {
   switch (s.dtype) {
     case "int64":
-      return Number((s.data as BigInt64Array)[i]!);
+      return readInt64(s.data as BigInt64Array, i);
     case "float16":
-      return f16ToF32((s.data as Uint16Array)[i]!);
+      return readF16(s.data as Uint16Array, i);
     case "bfloat16":
-      return bf16ToF32((s.data as Uint16Array)[i]!);
+      return readBf16(s.data as Uint16Array, i);
     default:
-      return (s.data as NumArray)[i]!;
+      return readPlain(s.data as NumArray, i);
   }
 }
 
-// NB: readers and writers are these functions bound to an array, not closures: V8 optimized every
-// call's closure anew (issue 23: dozens of TurboFan compilations a minute in a pipelined worker)
+// NB: readers and writers are these functions bound to an array, not closures made per call: V8 holds a
+// closure site's optimized code weakly, and closures dead at a full GC were compiled again and again
+// (issue 23; docs/architecture.md, small-op speed)
 function readInt64(a: BigInt64Array, i: number): number {
   return Number(a[i]!);
 }

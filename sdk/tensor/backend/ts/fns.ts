@@ -7,7 +7,7 @@ import { erf, gelu, geluGrad, geluTanh, geluTanhGrad, roundHalfEven, sigmoid } f
 export type Fn1 = (x: number) => number;
 export type Fn2 = (a: number, b: number) => number;
 
-// NB: module-level functions, not a closure made per call: V8 compiled each call's closures anew (issue 23)
+// NB: module-level functions, not a closure made per call: V8 holds a closure site's optimized code weakly, so closures made per call and dead at a full GC were compiled again and again (docs/architecture.md, small-op speed)
 const U_NEG: Fn1 = (x) => -x;
 const U_RSQRT: Fn1 = (x) => 1 / Math.sqrt(x);
 const U_SIGN: Fn1 = (x) => (x > 0 ? 1 : x < 0 ? -1 : x === 0 ? 0 : x);
@@ -87,7 +87,7 @@ export function unaryFn(op: UnaryOp, args: readonly number[]): Fn1 {
       return U_ISNAN;
     case "powScalar": {
       const e = args[0]!;
-      if (e === 2) return (x) => x * x;
+      if (e === 2) return U_SQUARE;
       if (e === 0.5) return Math.sqrt;
       return (x) => x ** e;
     }
