@@ -27,6 +27,7 @@ from gpt_step_torch import GPT, B, L, T, V  # noqa: E402
 from rpc_group import run_rpc_group  # noqa: E402
 
 MODEL_SEED = 1234
+COLD_STEPS = 20  # bench/e2e.ts's COLD_STEPS: the cold figure is the median of this many first warm-up steps
 
 
 class Stage1(nn.Module):
@@ -89,8 +90,12 @@ def run_master(args):
             opt.step(ctx)
         return loss.item()
 
-    for _ in range(args.warmup):
+    cold = []
+    for i in range(args.warmup):
+        t0 = time.perf_counter()
         step()
+        if i < COLD_STEPS:
+            cold.append(time.perf_counter() - t0)
     times, loss = [], 0.0
     for _ in range(args.steps):
         t0 = time.perf_counter()
@@ -98,7 +103,8 @@ def run_master(args):
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
     print(f"# torch {torch.__version__}, {args.threads} thread(s) per process, micro-batches {args.micro}, "
-          f"{args.steps} timed steps after {args.warmup}", flush=True)
+          f"{args.steps} timed steps after {args.warmup}; cold (the first {len(cold)} warm-up steps): "
+          f"{statistics.median(cold) * 1e3 if cold else float('nan'):.2f} ms/step", flush=True)
     print(f"pipeline gpt: {med * 1e3:.2f} ms/step, {B * T / med:.1f} tokens/s, loss {loss:.4f}", flush=True)
 
 
