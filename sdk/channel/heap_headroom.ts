@@ -35,21 +35,47 @@
  * round trip 16.0 -> 11.3 ms; 4 MB 12 -> 0 mark-compacts per 300, master CPU 1.6 -> 0.8 ms per round
  * trip. Skipped where node's argv or
  * NODE_OPTIONS sets --heap-growing-percent.
+ *
+ * Scavenges on the main thread (issue 23, shm under load). A process that receives tensors runs a
+ * scavenge every few large messages (V8 collects the young generation once the young ArrayBuffers'
+ * bytes pass its limit: every ~4 round trips of 4 MB). V8 runs it on the main thread and its helper
+ * threads together and waits for the last helper; with the cores full (2 busy processes beside a
+ * master and a worker on 2 cores) a helper waits for a core while the main thread waits for it.
+ * `ensureGcSerial()` (from ensureHeapHeadroom) therefore sets --no-parallel-scavenge and
+ * --no-concurrent-array-buffer-sweeping (the sweep that frees dead buffers, landed blocks included,
+ * then runs in the pause instead of on a helper), unless TPRPC_GC_SERIAL=0. V8 reads both at each
+ * collection. Not the other flags of --single-threaded-gc: V8 checks concurrent and parallel marking
+ * against state made at heap set-up, and turning them off at run time aborted the process in a trial
+ * ("Check failed: heap()->concurrent_marking()->IsStopped()"). Measured (bench/p2p_timeline.ts, rpcSync
+ * 4 MB, 300 round trips a run, both processes set alike, 2026-11-26): under 2 busy processes, 10
+ * interleaved pairs, median 1.29 ms (1.05-1.73) against 1.58 ms (1.34-2.67), faster in 8 of 10; quiet,
+ * 5 runs each, median 1.00 ms against 1.25 ms; `bench:channels --load 2`, 3 interleaved pairs, 4 MB 1.60,
+ * 1.07, 2.30 ms against 2.64, 2.77, 1.69 ms. The pipelined GPT (bench --e2e --gpt-only, 8 interleaved
+ * pairs): median 113.3 ms a step either way, faster in 4 of 8. Skipped where node's argv or NODE_OPTIONS names --single-threaded-gc, --[no-]parallel-scavenge
+ * or --[no-]concurrent-array-buffer-sweeping: the user chose.
  */
 import v8 from "node:v8";
 import { debug } from "../util/index.js";
 
 const DEFAULT_MB = 64;
 const DEFAULT_GROWING_PERCENT = 100;
+/** What ensureGcSerial sets (see the file comment). */
+export const GC_SERIAL_FLAGS = ["--no-parallel-scavenge", "--no-concurrent-array-buffer-sweeping"] as const;
 let ballast: number[] | null = null;
 let growing: number | undefined;
+let serial: boolean | undefined;
+
+/** node's flags from argv and NODE_OPTIONS, names only, `_` read as `-`. */
+function nodeFlags(env: NodeJS.ProcessEnv, execArgv: readonly string[]): string[] {
+  return [...execArgv, ...(env.NODE_OPTIONS ?? "").split(/\s+/)].map((a) => a.split("=")[0]!.replace(/_/g, "-"));
+}
 
 /** The headroom in MiB this process should keep: TPRPC_HEAP_HEADROOM_MB, or 0 when node's heap flags size it. */
 export function heapHeadroomMb(
   env: NodeJS.ProcessEnv = process.env,
   execArgv: readonly string[] = process.execArgv,
 ): number {
-  const flags = [...execArgv, ...(env.NODE_OPTIONS ?? "").split(/\s+/)].map((a) => a.split("=")[0]!.replace(/_/g, "-"));
+  const flags = nodeFlags(env, execArgv);
   if (flags.some((f) => f === "--initial-old-space-size" || f === "--min-old-space-size")) return 0;
   const v = env.TPRPC_HEAP_HEADROOM_MB;
   if (v === undefined || v === "") return DEFAULT_MB;
@@ -65,8 +91,7 @@ export function heapGrowingPercent(
   env: NodeJS.ProcessEnv = process.env,
   execArgv: readonly string[] = process.execArgv,
 ): number {
-  const flags = [...execArgv, ...(env.NODE_OPTIONS ?? "").split(/\s+/)].map((a) => a.split("=")[0]!.replace(/_/g, "-"));
-  if (flags.includes("--heap-growing-percent")) return 0;
+  if (nodeFlags(env, execArgv).includes("--heap-growing-percent")) return 0;
   const v = env.TPRPC_HEAP_GROWING_PERCENT;
   if (v === undefined || v === "") return DEFAULT_GROWING_PERCENT;
   const n = Number(v);
@@ -85,9 +110,41 @@ export function ensureHeapGrowing(): number {
   return growing;
 }
 
+/**
+ * Whether this process should run its scavenges and array-buffer sweeping on the main thread:
+ * TPRPC_GC_SERIAL (`0` no, anything else yes; default yes); no where node's argv or NODE_OPTIONS
+ * names one of those flags or --single-threaded-gc.
+ */
+export function gcSerial(
+  env: NodeJS.ProcessEnv = process.env,
+  execArgv: readonly string[] = process.execArgv,
+): boolean {
+  const mine = new Set([
+    "--single-threaded-gc",
+    "--parallel-scavenge",
+    "--no-parallel-scavenge",
+    "--concurrent-array-buffer-sweeping",
+    "--no-concurrent-array-buffer-sweeping",
+  ]);
+  if (nodeFlags(env, execArgv).some((f) => mine.has(f))) return false;
+  return env.TPRPC_GC_SERIAL !== "0";
+}
+
+/** Sets GC_SERIAL_FLAGS once per process when gcSerial() says so (see the file comment); returns whether it did. */
+export function ensureGcSerial(setFlags: (flags: string) => void = (f) => v8.setFlagsFromString(f)): boolean {
+  if (serial !== undefined) return serial;
+  serial = gcSerial();
+  if (serial) {
+    for (const f of GC_SERIAL_FLAGS) setFlags(f);
+    debug(1, "heap", `scavenges and array-buffer sweeping on the main thread (TPRPC_GC_SERIAL)`);
+  }
+  return serial;
+}
+
 /** Allocates the headroom once per process (see the file comment); later calls do nothing. Returns its MiB. */
 export function ensureHeapHeadroom(): number {
   ensureHeapGrowing();
+  ensureGcSerial();
   if (ballast !== null) return (ballast.length * 8) / (1 << 20);
   const mb = heapHeadroomMb();
   // NB: fill with a double, so the elements are a FixedDoubleArray (no pointers for the marker)

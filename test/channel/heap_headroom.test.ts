@@ -6,7 +6,13 @@
 import { spawn } from "node:child_process";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { heapGrowingPercent, heapHeadroomMb } from "../../sdk/channel/heap_headroom.js";
+import {
+  GC_SERIAL_FLAGS,
+  ensureGcSerial,
+  gcSerial,
+  heapGrowingPercent,
+  heapHeadroomMb,
+} from "../../sdk/channel/heap_headroom.js";
 
 const fixture = path.resolve(import.meta.dirname, "fixtures/plain_master.mjs");
 
@@ -45,6 +51,24 @@ describe("heap headroom", () => {
     expect(heapGrowingPercent({ NODE_OPTIONS: "--heap_growing_percent=30" }, [])).toBe(0);
     // NB: the heap size flags leave the growing percent to us
     expect(heapGrowingPercent({}, ["--initial-old-space-size=256"])).toBe(100);
+  });
+
+  it("runs scavenges and array-buffer sweeping on the main thread unless TPRPC_GC_SERIAL=0 or node's own GC flags say otherwise", () => {
+    expect(gcSerial({}, [])).toBe(true);
+    expect(gcSerial({ TPRPC_GC_SERIAL: "0" }, [])).toBe(false);
+    expect(gcSerial({ TPRPC_GC_SERIAL: "1" }, [])).toBe(true);
+    expect(gcSerial({}, ["--single-threaded-gc"])).toBe(false);
+    expect(gcSerial({}, ["--parallel_scavenge"])).toBe(false);
+    expect(gcSerial({ NODE_OPTIONS: "--no-concurrent-array-buffer-sweeping" }, [])).toBe(false);
+    // NB: heap size flags are not GC threading flags
+    expect(gcSerial({}, ["--initial-old-space-size=256"])).toBe(true);
+    // once per process: the flags V8 reads at each collection, and nothing on a second call
+    const set: string[] = [];
+    const expected = gcSerial();
+    expect(ensureGcSerial((f) => set.push(f))).toBe(expected);
+    expect(ensureGcSerial((f) => set.push(f))).toBe(expected);
+    expect(set).toEqual(expected ? [...GC_SERIAL_FLAGS] : []);
+    expect(GC_SERIAL_FLAGS).toEqual(["--no-parallel-scavenge", "--no-concurrent-array-buffer-sweeping"]);
   });
 
   it("a plain node master receives 100 round trips of 4 MB over shm with at most one mark-compact", async () => {
