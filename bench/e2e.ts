@@ -534,7 +534,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   const coldOf = (ms: number): string => (Number.isFinite(ms) ? `${ms.toFixed(1)} ms/step` : "-");
   const gptTorchCold = typeof torch === "string" ? null : /cold[^:]*: ([\d.]+) ms\/step/.exec(torch.header);
   out.push(
-    `  tprpc        ${ours.ms.toFixed(1)} ms/step  ${fmtTok(ours.ms)}  (loss ${ours.loss.toFixed(4)}; cold, the first ${COLD_STEPS} warm-up steps: ${coldOf(ours.coldMs)})`,
+    `  tprpc        ${ours.ms.toFixed(1)} ms/step  ${fmtTok(ours.ms)}  (loss ${ours.loss.toFixed(4)}; cold, the first ${Math.min(COLD_STEPS, o.warmup)} warm-up steps: ${coldOf(ours.coldMs)})`,
   );
   out.push(`  unsplit      ${alone.toFixed(1)} ms/step  ${fmtTok(alone)}  (tprpc, this process alone)`);
   out.push(
