@@ -51,8 +51,9 @@
  * interleaved pairs, median 1.29 ms (1.05-1.73) against 1.58 ms (1.34-2.67), faster in 8 of 10; quiet,
  * 5 runs each, median 1.00 ms against 1.25 ms; `bench:channels --load 2`, 3 interleaved pairs, 4 MB 1.60,
  * 1.07, 2.30 ms against 2.64, 2.77, 1.69 ms. The pipelined GPT (bench --e2e --gpt-only, 8 interleaved
- * pairs): median 113.3 ms a step either way, faster in 4 of 8. Skipped where node's argv or NODE_OPTIONS names --single-threaded-gc, --[no-]parallel-scavenge
- * or --[no-]concurrent-array-buffer-sweeping: the user chose.
+ * pairs): median 113.3 ms a step either way, faster in 4 of 8. Skipped where node's argv or
+ * NODE_OPTIONS names --single-threaded-gc, --[no-]parallel-scavenge or
+ * --[no-]concurrent-array-buffer-sweeping: the user chose.
  */
 import v8 from "node:v8";
 import { debug } from "../util/index.js";
