@@ -23,8 +23,8 @@
  *    two stages' forwards overlapped (rpc.profiler.overlapMs, as notebook 04 counts it).
  *
  * Flags: --quick (4 timed steps instead of 20, 1 timed FedAvg round instead of 5), --steps N,
- * --warmup N (untimed GPT steps first on every side: 60, 5 with --quick; the median of the first 20 is
- * printed as each side's cold figure), --rounds N, --pushes N (A3C
+ * --warmup N (untimed GPT steps first on every side: 60, 5 with --quick; the median of the first
+ * min(20, N) is printed as each side's cold figure), --rounds N, --pushes N (A3C
  * pushes per actor: 200, 30 with --quick), --a3c-warmup N (A3C warm-up pushes per actor before the timed
  * ones: 1,000, 100 with --quick), --micro K, --threads T, --no-torch,
  * --load N (N busy processes beside both sides, bench/load.ts), --gpt-only (only tprpc's pipelined GPT,
@@ -451,9 +451,10 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   const quick = argv.includes("--quick");
   const o: Opts = {
     steps: num("--steps", quick ? 4 : 20),
-    // NB: tprpc's pipelined step gets faster over its first ~60 steps (V8 optimizing the SDK's code: medians
-    // per block of 20 steps from step 1 were 153, 137, 123, 117, then 110-123 ms on 2026-11-26) where PyTorch's
-    // is flat: both sides warm up alike, and both cold figures (the first COLD_STEPS steps) are printed too
+    // NB: tprpc's pipelined step gets faster over its first ~60 steps (medians per block of 20 steps from step
+    // 1 were 153, 137, 123, 117, then 110-123 ms on 2026-11-26; partly V8 still optimizing, see
+    // docs/architecture.md) where PyTorch's is flat: both sides warm up alike, and both cold figures (the first
+    // COLD_STEPS warm-up steps) are printed too
     warmup: num("--warmup", quick ? 5 : 60),
     micro: num("--micro", 4),
     threads: num("--threads", 1),

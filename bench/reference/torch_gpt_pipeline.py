@@ -4,7 +4,7 @@
 # stage1.remote().forward(x) -> stage2.rpc_async().forward(rref, y) without waiting; then
 # dist_autograd.backward and a DistributedOptimizer(AdamW) step, inside one dist_autograd context.
 #
-#   /usr/bin/python3 bench/reference/torch_gpt_pipeline.py [--steps 30] [--micro 4] [--threads 1] [--warmup 2]
+#   /usr/bin/python3 bench/reference/torch_gpt_pipeline.py [--steps 30] [--micro 4] [--threads 1] [--warmup 60]
 #
 # Model: bench/gpt_step_torch.py's GPT (vocab 70, 4 layers, 128 wide, 4 heads, block 64, untied), layers 0-1 plus the
 # embeddings on worker1, layers 2-3 plus ln_f and the head on worker2, seeded alike (manual_seed(1234) before the
@@ -111,7 +111,7 @@ def run_master(args):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=60)
     p.add_argument("--micro", type=int, default=4)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)

@@ -51,9 +51,11 @@
  * interleaved pairs, median 1.29 ms (1.05-1.73) against 1.58 ms (1.34-2.67), faster in 8 of 10; quiet,
  * 5 runs each, median 1.00 ms against 1.25 ms; `bench:channels --load 2`, 3 interleaved pairs, 4 MB 1.60,
  * 1.07, 2.30 ms against 2.64, 2.77, 1.69 ms. The pipelined GPT (bench --e2e --gpt-only, 8 interleaved
- * pairs): median 113.3 ms a step either way, faster in 4 of 8. Skipped where node's argv or
- * NODE_OPTIONS names --single-threaded-gc, --[no-]parallel-scavenge or
- * --[no-]concurrent-array-buffer-sweeping: the user chose.
+ * pairs): median 113.3 ms a step either way, faster in 4 of 8. All on this 2-core machine: the flags are
+ * process-wide, and a process with many idle cores and a large young generation may scavenge slower
+ * without helpers (TPRPC_GC_SERIAL=0 keeps V8's default). Skipped where node's command line names
+ * --single-threaded-gc, --[no-]parallel-scavenge or --[no-]concurrent-array-buffer-sweeping: the user
+ * chose (node refuses them in NODE_OPTIONS; it is read anyway, as for the heap flags above).
  */
 import v8 from "node:v8";
 import { debug } from "../util/index.js";
@@ -131,14 +133,17 @@ export function gcSerial(
   return env.TPRPC_GC_SERIAL !== "0";
 }
 
-/** Sets GC_SERIAL_FLAGS once per process when gcSerial() says so (see the file comment); returns whether it did. */
-export function ensureGcSerial(setFlags: (flags: string) => void = (f) => v8.setFlagsFromString(f)): boolean {
+/** Hands each of GC_SERIAL_FLAGS to `setFlag` when `on`; returns `on`. */
+export function applyGcSerial(on: boolean, setFlag: (flag: string) => void): boolean {
+  if (on) for (const f of GC_SERIAL_FLAGS) setFlag(f);
+  return on;
+}
+
+/** Sets GC_SERIAL_FLAGS in V8 once per process when gcSerial() says so; returns whether it did. */
+export function ensureGcSerial(): boolean {
   if (serial !== undefined) return serial;
-  serial = gcSerial();
-  if (serial) {
-    for (const f of GC_SERIAL_FLAGS) setFlags(f);
-    debug(1, "heap", `scavenges and array-buffer sweeping on the main thread (TPRPC_GC_SERIAL)`);
-  }
+  serial = applyGcSerial(gcSerial(), (f) => v8.setFlagsFromString(f));
+  if (serial) debug(1, "heap", "scavenges and array-buffer sweeping on the main thread (TPRPC_GC_SERIAL)");
   return serial;
 }
 
