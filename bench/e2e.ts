@@ -533,7 +533,8 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   out.push("");
   out.push(`pipelined GPT (notebook 04: 2 stages on 2 workers, ${o.micro} micro-batches, batch ${BATCH}x${BLOCK})`);
   const coldOf = (ms: number): string => (Number.isFinite(ms) ? `${ms.toFixed(1)} ms/step` : "-");
-  const gptTorchCold = typeof torch === "string" ? null : /cold[^:]*: ([\d.]+) ms\/step/.exec(torch.header);
+  const coldMatch = typeof torch === "string" ? null : /cold[^:]*: ([\d.]+) ms\/step/.exec(torch.header);
+  const torchColdMs = coldMatch ? Number(coldMatch[1]) : Number.NaN;
   out.push(
     `  tprpc        ${ours.ms.toFixed(1)} ms/step  ${fmtTok(ours.ms)}  (loss ${ours.loss.toFixed(4)}; cold, the first ${Math.min(COLD_STEPS, o.warmup)} warm-up steps: ${coldOf(ours.coldMs)})`,
   );
@@ -541,10 +542,10 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   out.push(
     typeof torch === "string"
       ? `  PyTorch RPC  unavailable — ${torch}`
-      : `  PyTorch RPC  ${torch.value.toFixed(1)} ms/step  ${fmtTok(torch.value)}  (cold: ${gptTorchCold ? coldOf(Number(gptTorchCold[1])) : "-"})`,
+      : `  PyTorch RPC  ${torch.value.toFixed(1)} ms/step  ${fmtTok(torch.value)}  (cold: ${coldOf(torchColdMs)})`,
   );
   out.push(
-    `  ratios (tokens/s, > 1: tprpc faster): vs PyTorch RPC ${typeof torch === "string" ? "-" : (torch.value / ours.ms).toFixed(2) + "x"}, vs unsplit ${(alone / ours.ms).toFixed(2)}x; cold vs PyTorch RPC ${gptTorchCold && Number.isFinite(ours.coldMs) ? (Number(gptTorchCold[1]) / ours.coldMs).toFixed(2) + "x" : "-"}`,
+    `  ratios (tokens/s, > 1: tprpc faster): vs PyTorch RPC ${typeof torch === "string" ? "-" : (torch.value / ours.ms).toFixed(2) + "x"}, vs unsplit ${(alone / ours.ms).toFixed(2)}x; cold vs PyTorch RPC ${Number.isFinite(torchColdMs / ours.coldMs) ? (torchColdMs / ours.coldMs).toFixed(2) + "x" : "-"}`,
   );
   out.push("");
   const bd = ours.breakdown;

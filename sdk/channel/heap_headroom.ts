@@ -66,6 +66,14 @@ const DEFAULT_GROWING_PERCENT = 100;
 export const GC_SERIAL_FLAGS = ["--no-parallel-scavenge", "--no-concurrent-array-buffer-sweeping"] as const;
 let ballast: number[] | null = null;
 let growing: number | undefined;
+/** node flags that say the user chose how V8 collects: gcSerial() then leaves it alone. */
+const USER_GC_FLAGS = new Set([
+  "--single-threaded-gc",
+  "--parallel-scavenge",
+  "--no-parallel-scavenge",
+  "--concurrent-array-buffer-sweeping",
+  "--no-concurrent-array-buffer-sweeping",
+]);
 let serial: boolean | undefined;
 
 /** node's flags from argv and NODE_OPTIONS, names only, `_` read as `-`. */
@@ -122,14 +130,7 @@ export function gcSerial(
   env: NodeJS.ProcessEnv = process.env,
   execArgv: readonly string[] = process.execArgv,
 ): boolean {
-  const mine = new Set([
-    "--single-threaded-gc",
-    "--parallel-scavenge",
-    "--no-parallel-scavenge",
-    "--concurrent-array-buffer-sweeping",
-    "--no-concurrent-array-buffer-sweeping",
-  ]);
-  if (nodeFlags(env, execArgv).some((f) => mine.has(f))) return false;
+  if (nodeFlags(env, execArgv).some((f) => USER_GC_FLAGS.has(f))) return false;
   return env.TPRPC_GC_SERIAL !== "0";
 }
 
