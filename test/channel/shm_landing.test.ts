@@ -85,6 +85,33 @@ describe.skipIf(skip !== null)("shm landing blocks, channel level", () => {
     expect(landingMappings().length).toBeGreaterThan(0);
   }, 60_000);
 
+  it("copies of 1 MiB and more (streaming stores) land intact from any source offset and length", async () => {
+    const { peer, channel: ch } = shm;
+    const stats = () => ch.landingStats()!;
+    let seed = 50;
+    // NB: around the 1 MiB threshold (TPRPC_SHM_STREAM_BYTES' default) and around a 64-byte step, from
+    // sources 0-15 bytes past 16-byte alignment, so the head and tail the stores leave to memcpy vary
+    for (const [n, offset] of [
+      [2 ** 20 - 1, 3],
+      [2 ** 20, 0],
+      [2 ** 20 + 63, 1],
+      [2 ** 20 + 64, 15],
+      [1_500_001, 7],
+      [3_000_017, 9],
+    ] as const) {
+      const x = pattern(n + offset, seed++).subarray(offset);
+      const warm = pattern(n, seed++); // the first of a size class goes through the ring
+      expect(sameBytes(await peer.echo(warm).back, warm)).toBe(true);
+      expect(await until(() => stats().peerFreeBlocks > 0, 5_000), `blocks offered for ${n} B`).toBe(true);
+      const before = stats().landedSends;
+      const e = peer.echo(x);
+      expect(stats().landedSends, `${n} B at offset ${offset} landed`).toBe(before + 1);
+      expect(sameBytes(await e.back, x), `${n} B at offset ${offset}`).toBe(true);
+      await e.done;
+    }
+    expect(peer.childErrors).toEqual([]);
+  }, 60_000);
+
   it("leaves no landing mapping behind once the channel is closed", async () => {
     const { channel: ch } = shm;
     ch.close();
