@@ -41,9 +41,10 @@ import { TaggedChannel } from "./tagged_channel.js";
 /**
  * Revision of what the two sides say over the channel's socket and in descriptors: 2 added landing
  * blocks (kMsgOffer/kMsgFree, LANDED) and shared storages (kMsgShare, SHARED); 3 added taking idle
- * landing blocks back (kMsgRevoke/kMsgRevoked).
+ * landing blocks back (kMsgRevoke/kMsgRevoked); 4 frees landing blocks through the ring header's queue
+ * (native/src/channels/shm/ring.h, FreeQueue) instead of kMsgFree.
  */
-export const SHM_PROTOCOL = 3;
+export const SHM_PROTOCOL = 4;
 
 export class ShmChannelContext implements ChannelContext {
   readonly name = "shm";

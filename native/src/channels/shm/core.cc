@@ -20,7 +20,8 @@ namespace channels {
 namespace shm {
 
 ShmCore::ShmCore(const Connected& c, Completer* done)
-    : c_(c), done_(done), landing_(std::make_shared<Landing>(c.sock, LandBudgetFromEnv())), peer_blocks_(c.sock) {}
+    : c_(c), done_(done), landing_(std::make_shared<Landing>(c.sock, LandBudgetFromEnv(), &c.in.h->frees)),
+      peer_blocks_(c.sock, &c.out.h->frees) {}
 
 void ShmCore::Start() {
   wake_fd_ = eventfd(0, EFD_CLOEXEC);

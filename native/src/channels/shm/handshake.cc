@@ -22,7 +22,7 @@ namespace channels {
 namespace shm {
 namespace {
 
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: landing blocks are freed through the ring header's FreeQueue (ring.h)
 
 struct Hello {
   uint64_t magic;

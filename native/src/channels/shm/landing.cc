@@ -210,6 +210,13 @@ void Landing::Release(Napi::Env* env, uint32_t id) {
     bytes_ -= blocks_[id].cap;
     return;
   }
+  // NB: the peer takes the notice on its next land(): no message, so no thread of the peer wakes for it
+  uint64_t h = frees_->head.load(std::memory_order_relaxed);
+  if (h - frees_->tail.load(std::memory_order_acquire) < kFreeSlots) {
+    frees_->ids[h % kFreeSlots].store(id, std::memory_order_relaxed);
+    frees_->head.store(h + 1, std::memory_order_release);
+    return;
+  }
   SendLandMsg(sock_, {kMsgFree, id, blocks_[id].cap}, -1);
 }
 
@@ -318,6 +325,7 @@ int64_t PeerBlocks::Land(const char* data, uint64_t length) {
   void* dst;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    TakeFrees();
     auto it = free_.lower_bound(length);
     if (it == free_.end() || it->first > LandClass(length)) return -1;
     it = std::prev(free_.upper_bound(it->first));  // NB: the block freed last: most likely still in cache
@@ -343,15 +351,32 @@ void PeerBlocks::Offered(uint32_t id, uint64_t cap, int fd) {
 
 void PeerBlocks::Freed(uint32_t id) {
   std::lock_guard<std::mutex> lock(mu_);
+  ApplyFree(id);
+}
+
+void PeerBlocks::ApplyFree(uint32_t id) {
   if (blocks_.count(id) == 0) return;
   if (revoke_pending_.erase(id) != 0) GiveBack(id);
   else free_.emplace(blocks_[id].cap, id);
 }
 
+void PeerBlocks::TakeFrees() {
+  if (frees_ == nullptr) return;
+  uint64_t t = frees_->tail.load(std::memory_order_relaxed);
+  uint64_t h = frees_->head.load(std::memory_order_acquire);
+  if (h - t > kFreeSlots) {  // NB: not a count our peer can push: a broken peer; its notices are ignored
+    frees_->tail.store(h, std::memory_order_release);
+    return;
+  }
+  for (; t != h; t++) ApplyFree(frees_->ids[t % kFreeSlots].load(std::memory_order_relaxed));
+  frees_->tail.store(t, std::memory_order_release);
+}
+
 void PeerBlocks::Revoke(uint32_t id) {
   std::lock_guard<std::mutex> lock(mu_);
+  TakeFrees();  // NB: the peer asks back only blocks it freed; the notice may still be in the queue
   if (blocks_.count(id) == 0) return;
-  // NB: a block we are filling, or named in a descriptor the peer has not taken yet, goes back after its kMsgFree
+  // NB: a block we are filling, or named in a descriptor the peer has not taken yet, goes back after its free notice
   auto range = free_.equal_range(blocks_[id].cap);
   auto it = std::find_if(range.first, range.second, [&](const auto& kv) { return kv.second == id; });
   if (it != range.second) {
@@ -370,6 +395,7 @@ void PeerBlocks::GiveBack(uint32_t id) {
 
 void PeerBlocks::Close() {
   std::lock_guard<std::mutex> lock(mu_);
+  frees_ = nullptr;
   for (auto& kv : blocks_) munmap(kv.second.ptr, kv.second.cap);
   blocks_.clear();
   free_.clear();
@@ -385,6 +411,7 @@ uint64_t PeerBlocks::bytes() {
 
 uint64_t PeerBlocks::free_blocks() {
   std::lock_guard<std::mutex> lock(mu_);
+  TakeFrees();
   return free_.size();
 }
 

@@ -11,14 +11,16 @@
 //     names the block in the transfer's descriptor (sdk/channel/shm/tagged_channel.ts); no ring,
 //     no thread hand-off.
 //  3. The receiver's adopt() makes the block the received ArrayBuffer itself; when V8 frees that
-//     buffer, the finalizer sends kMsgFree and the peer may fill the block again. takeLanded()
-//     copies a block out instead (a receiver with its own destination) and frees it at once.
+//     buffer, the finalizer pushes the block's id on the ring header's FreeQueue (ring.h; kMsgFree on
+//     the socket when the queue is full) and the peer may fill the block again: it takes the queue's
+//     ids on its next land(), so a free wakes no thread. takeLanded() copies a block out instead (a
+//     receiver with its own destination) and frees it at once.
 //  4. Blocks stay within TPRPC_SHM_LANDING_BYTES (default 256 MiB) per channel and direction and
 //     ClassLimit() per class; without a free block the transfer goes through the ring. They are
 //     unmapped when the channel closes, or (adopted ones) when their buffer is freed after that.
 //  5. When a block of a new size does not fit the budget, the receiver asks for free blocks of other
 //     sizes unused for kLandIdle back (kMsgRevoke); the sender unmaps each once it is free on its side
-//     (at once, or after the kMsgFree of a transfer in flight) and answers kMsgRevoked, and the
+//     (at once, or after the free notice of a transfer in flight) and answers kMsgRevoked, and the
 //     receiver unmaps it too. The next ring transfer of the new size then finds room for its blocks.
 //     Blocks unused for TPRPC_SHM_LANDING_IDLE_S (default 30 s) are asked back the same way, so a
 //     quiet channel returns the memory a burst of transfers made.
@@ -37,6 +39,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "channels/shm/ring.h"
 
 namespace tprpc {
 namespace channels {
@@ -74,10 +78,11 @@ uint64_t LandClass(uint64_t n);
 // Our landing blocks (we receive into them; the peer maps and fills them). Shared by the channel and
 // by every ArrayBuffer handed out over a block (its finalizer), so it outlives a closed channel.
 // States: offered (the peer may fill it; it names the block in a descriptor) -> adopted (a JS
-// ArrayBuffer views it) -> offered again once that buffer is collected (kMsgFree tells the peer).
+// ArrayBuffer views it) -> offered again once that buffer is collected (a free notice tells the peer).
 class Landing {
  public:
-  Landing(int sock, uint64_t budget) : sock_(sock), budget_(budget) {}
+  // `frees`: the FreeQueue in the header of the ring we consume (the peer fills our blocks).
+  Landing(int sock, uint64_t budget, FreeQueue* frees) : sock_(sock), budget_(budget), frees_(frees) {}
 
   // Receiver thread, after a ring transfer of n bytes: offers the peer up to kLandBurst more blocks of
   // its class while the class has fewer than kLandPerClass blocks and the budget allows.
@@ -132,6 +137,7 @@ class Landing {
   std::mutex mu_;
   int sock_;
   uint64_t budget_;
+  FreeQueue* frees_;           // pushed under mu_ while !closed_ (the ring is unmapped after Close)
   std::vector<Block> blocks_;  // index = id; ptr null once unmapped (ids are never reused)
   uint64_t bytes_ = 0;         // mapped
   bool closed_ = false;
@@ -147,7 +153,8 @@ struct LandRef {
 // (core.h); the watcher thread applies the peer's messages about them, the JS thread fills them.
 class PeerBlocks {
  public:
-  explicit PeerBlocks(int sock) : sock_(sock) {}
+  // `frees`: the FreeQueue in the header of the ring we produce (we fill the peer's blocks).
+  PeerBlocks(int sock, FreeQueue* frees) : sock_(sock), frees_(frees) {}
 
   // JS thread: copies `length` bytes into a free block the peer offered (of a fitting size class)
   // and returns its id, or -1 when there is none (then the transfer goes through the ring).
@@ -155,7 +162,8 @@ class PeerBlocks {
 
   // Watcher thread: kMsgOffer, the peer offered block `id` of capacity `cap` in `fd` (borrowed): maps it as free.
   void Offered(uint32_t id, uint64_t cap, int fd);
-  // Watcher thread: kMsgFree, the peer is done with block `id`: free again (or given back, when asked for).
+  // Watcher thread: kMsgFree (the FreeQueue was full), the peer is done with block `id`: free again (or given
+  // back, when asked for).
   void Freed(uint32_t id);
   // Watcher thread: kMsgRevoke, the peer asks for block `id` back.
   void Revoke(uint32_t id);
@@ -170,12 +178,17 @@ class PeerBlocks {
  private:
   // Watcher thread, mu_ held: unmaps the peer's block `id` (free, and asked back) and says so.
   void GiveBack(uint32_t id);
+  // mu_ held: block `id` is free again (a free notice from the queue or the socket).
+  void ApplyFree(uint32_t id);
+  // mu_ held: applies the free notices the peer pushed on the FreeQueue since the last call.
+  void TakeFrees();
 
   struct Block {
     void* ptr;
     uint64_t cap;
   };
   int sock_;
+  FreeQueue* frees_;  // taken under mu_; null after Close (the ring is unmapped then)
   std::mutex mu_;  // JS thread (Land) and watcher thread (offers, frees)
   std::map<uint32_t, Block> blocks_;        // blocks the peer offered us, mapped
   std::multimap<uint64_t, uint32_t> free_;  // capacity -> id of those we may fill now

@@ -131,6 +131,8 @@ bool MapRing(int fd, uint64_t cap, bool init, Ring* r, std::string* why) {
     r->h->space_seq.store(0);
     r->h->consumer_waiting.store(0);
     r->h->producer_waiting.store(0);
+    r->h->frees.head.store(0);
+    r->h->frees.tail.store(0);
     r->h->magic = kMagic;
     r->h->capacity = cap;
   } else if (r->h->magic != kMagic || r->h->capacity != cap) {

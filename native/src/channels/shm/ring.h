@@ -25,6 +25,18 @@ namespace shm {
 
 constexpr uint64_t kMagic = 0x31474e4952707274ull;  // "tprRING1"
 constexpr size_t kHeaderBytes = 4096;
+constexpr uint32_t kFreeSlots = 256;
+
+// Free notices for landing blocks (landing.h), in the header of the ring whose consumer owns the
+// blocks: the owner (its JS thread, when a block's buffer is collected) pushes the block's id, the
+// filler (the ring's producer) takes them when it next looks for a block. Single producer, single
+// consumer; no wake-up: the filler needs the block only when it next sends. When the queue is full
+// the owner says kMsgFree on the socket instead.
+struct FreeQueue {
+  alignas(64) std::atomic<uint64_t> head;  // ids pushed in total (owner)
+  alignas(64) std::atomic<uint64_t> tail;  // ids taken in total (filler)
+  std::atomic<uint32_t> ids[kFreeSlots];
+};
 
 struct RingHeader {
   alignas(64) std::atomic<uint64_t> head;  // bytes written in total (producer)
@@ -35,6 +47,7 @@ struct RingHeader {
   std::atomic<uint32_t> producer_waiting;
   alignas(64) uint64_t magic;
   uint64_t capacity;
+  FreeQueue frees;
 };
 static_assert(sizeof(RingHeader) <= kHeaderBytes, "ring header fits its page");
 
