@@ -26,6 +26,9 @@ export interface ShmLandingStats {
   landedSends: number;
   sharedSends: number;
   peerFreeBlocks: number;
+  /** Landing blocks we freed through the ring header's queue, and by socket message (the queue was full). */
+  queuedFrees: number;
+  socketFrees: number;
 }
 
 /** One direction-pair of shm rings to one peer process. */

@@ -67,6 +67,9 @@ export interface LandingStats {
   landedSends: number;
   sharedSends: number;
   peerFreeBlocks: number;
+  /** Blocks we freed through the ring header's queue, and by socket message (the queue was full). */
+  queuedFrees: number;
+  socketFrees: number;
 }
 
 const DESCRIPTOR_BYTES = 17; // RECORD, then id and length as float64

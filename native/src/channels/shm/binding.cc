@@ -175,7 +175,8 @@ class ShmChannel : public Napi::ObjectWrap<ShmChannel> {
     return info.Env().Undefined();
   }
 
-  // landingStats() -> { offeredBytes, peerBytes, landedSends } (tests, debugging).
+  // landingStats() -> { offeredBytes, peerBytes, landedSends, sharedSends, peerFreeBlocks, queuedFrees,
+  // socketFrees } (tests, debugging).
   Napi::Value LandingStats(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Napi::Object o = Napi::Object::New(env);
@@ -184,6 +185,8 @@ class ShmChannel : public Napi::ObjectWrap<ShmChannel> {
     o.Set("landedSends", Napi::Number::New(env, core_ ? static_cast<double>(core_->landed_sends()) : 0));
     o.Set("sharedSends", Napi::Number::New(env, core_ ? static_cast<double>(core_->shared_sends()) : 0));
     o.Set("peerFreeBlocks", Napi::Number::New(env, core_ && !closed_ ? static_cast<double>(core_->peer_free_blocks()) : 0));
+    o.Set("queuedFrees", Napi::Number::New(env, core_ ? static_cast<double>(core_->landing()->queued_frees()) : 0));
+    o.Set("socketFrees", Napi::Number::New(env, core_ ? static_cast<double>(core_->landing()->socket_frees()) : 0));
     return o;
   }
 

@@ -277,6 +277,7 @@ void ShmCore::Watch() {
     if (closing_.load() || (p[1].revents & POLLIN)) return;
     if (n == 0) {
       landing_->ReleaseIdle(idle);  // NB: after each second without a message on the socket
+      peer_blocks_.PollFrees();
       continue;
     }
     if (n > 0 && p[0].revents != 0 && !((p[0].revents & POLLIN) && TakeLandMsg())) {

@@ -215,9 +215,21 @@ void Landing::Release(Napi::Env* env, uint32_t id) {
   if (h - frees_->tail.load(std::memory_order_acquire) < kFreeSlots) {
     frees_->ids[h % kFreeSlots].store(id, std::memory_order_relaxed);
     frees_->head.store(h + 1, std::memory_order_release);
+    ++queued_frees_;
     return;
   }
   SendLandMsg(sock_, {kMsgFree, id, blocks_[id].cap}, -1);
+  ++socket_frees_;
+}
+
+uint64_t Landing::queued_frees() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_frees_;
+}
+
+uint64_t Landing::socket_frees() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return socket_frees_;
 }
 
 void Landing::ReleaseIdle(std::chrono::milliseconds idle) {
@@ -321,21 +333,24 @@ bool Landing::AskBack(uint32_t id) {
 
 int64_t PeerBlocks::Land(const char* data, uint64_t length) {
   if (length < kLandMin || length > kLandMax) return -1;
-  uint32_t id;
-  void* dst;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    TakeFrees();
-    auto it = free_.lower_bound(length);
-    if (it == free_.end() || it->first > LandClass(length)) return -1;
-    it = std::prev(free_.upper_bound(it->first));  // NB: the block freed last: most likely still in cache
-    id = it->second;
-    free_.erase(it);
-    dst = blocks_[id].ptr;
-  }
-  ParallelCopy(static_cast<char*>(dst), data, length);
+  // NB: mu_ stays held over the copy, so no notice (from a broken peer) can give the block back meanwhile
+  std::lock_guard<std::mutex> lock(mu_);
+  TakeFrees();
+  auto it = free_.lower_bound(length);
+  if (it == free_.end() || it->first > LandClass(length)) return -1;
+  it = std::prev(free_.upper_bound(it->first));  // NB: the block freed last: most likely still in cache
+  uint32_t id = it->second;
+  free_.erase(it);
+  Block& b = blocks_.find(id)->second;  // NB: free_ lists only blocks we hold (ApplyFree, Offered)
+  b.free = false;
+  ParallelCopy(static_cast<char*>(b.ptr), data, length);
   ++landed_sends_;
   return id;
+}
+
+void PeerBlocks::PollFrees() {
+  std::lock_guard<std::mutex> lock(mu_);
+  TakeFrees();
 }
 
 void PeerBlocks::Offered(uint32_t id, uint64_t cap, int fd) {
@@ -344,7 +359,7 @@ void PeerBlocks::Offered(uint32_t id, uint64_t cap, int fd) {
   // NB: populated here, off the JS thread, so a copy into the block never faults
   void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p != MAP_FAILED) {
-    blocks_[id] = {p, cap};
+    blocks_[id] = {p, cap, true};
     free_.emplace(cap, id);
   }
 }
@@ -355,9 +370,11 @@ void PeerBlocks::Freed(uint32_t id) {
 }
 
 void PeerBlocks::ApplyFree(uint32_t id) {
-  if (blocks_.count(id) == 0) return;
-  if (revoke_pending_.erase(id) != 0) GiveBack(id);
-  else free_.emplace(blocks_[id].cap, id);
+  auto b = blocks_.find(id);
+  if (b == blocks_.end() || b->second.free) return;
+  if (revoke_pending_.erase(id) != 0) return GiveBack(id);
+  b->second.free = true;
+  free_.emplace(b->second.cap, id);
 }
 
 void PeerBlocks::TakeFrees() {

@@ -20,7 +20,8 @@
 //     unmapped when the channel closes, or (adopted ones) when their buffer is freed after that.
 //  5. When a block of a new size does not fit the budget, the receiver asks for free blocks of other
 //     sizes unused for kLandIdle back (kMsgRevoke); the sender unmaps each once it is free on its side
-//     (at once, or after the free notice of a transfer in flight) and answers kMsgRevoked, and the
+//     (at once, or once the free notice of a transfer in flight arrives: on its next land(), or within a
+//     second from the watcher) and answers kMsgRevoked, and the
 //     receiver unmaps it too. The next ring transfer of the new size then finds room for its blocks.
 //     Blocks unused for TPRPC_SHM_LANDING_IDLE_S (default 30 s) are asked back the same way, so a
 //     quiet channel returns the memory a burst of transfers made.
@@ -109,6 +110,9 @@ class Landing {
   void Close();
 
   uint64_t bytes();
+  // Free notices sent so far: through the FreeQueue, and by socket (kMsgFree, the queue being full).
+  uint64_t queued_frees();
+  uint64_t socket_frees();
 
  private:
   struct Block {
@@ -138,6 +142,7 @@ class Landing {
   int sock_;
   uint64_t budget_;
   FreeQueue* frees_;           // pushed under mu_ while !closed_ (the ring is unmapped after Close)
+  uint64_t queued_frees_ = 0, socket_frees_ = 0;
   std::vector<Block> blocks_;  // index = id; ptr null once unmapped (ids are never reused)
   uint64_t bytes_ = 0;         // mapped
   bool closed_ = false;
@@ -150,15 +155,22 @@ struct LandRef {
 };
 
 // The peer's landing blocks (it receives into them; we map and fill them). Owned by the channel
-// (core.h); the watcher thread applies the peer's messages about them, the JS thread fills them.
+// (core.h); the watcher thread applies the peer's messages about them, the JS thread fills them, and
+// both take the peer's free notices from the FreeQueue (so a block asked back may be given back, munmap
+// and kMsgRevoked, on either thread).
 class PeerBlocks {
  public:
   // `frees`: the FreeQueue in the header of the ring we produce (we fill the peer's blocks).
   PeerBlocks(int sock, FreeQueue* frees) : sock_(sock), frees_(frees) {}
 
   // JS thread: copies `length` bytes into a free block the peer offered (of a fitting size class)
-  // and returns its id, or -1 when there is none (then the transfer goes through the ring).
+  // and returns its id, or -1 when there is none (then the transfer goes through the ring). Takes the
+  // peer's free notices first (TakeFrees).
   int64_t Land(const char* data, uint64_t length);
+
+  // Watcher thread, after each second without a message: takes the peer's free notices, so a block the
+  // peer asked back goes back even when we land nothing.
+  void PollFrees();
 
   // Watcher thread: kMsgOffer, the peer offered block `id` of capacity `cap` in `fd` (borrowed): maps it as free.
   void Offered(uint32_t id, uint64_t cap, int fd);
@@ -176,9 +188,10 @@ class PeerBlocks {
   uint64_t landed_sends() const { return landed_sends_; }
 
  private:
-  // Watcher thread, mu_ held: unmaps the peer's block `id` (free, and asked back) and says so.
+  // mu_ held (watcher or JS thread): unmaps the peer's block `id` (free, and asked back) and says so.
   void GiveBack(uint32_t id);
-  // mu_ held: block `id` is free again (a free notice from the queue or the socket).
+  // mu_ held: block `id` is free again (a free notice from the queue or the socket). A notice for a block
+  // we do not hold or that is free already (only a broken peer sends one) is ignored.
   void ApplyFree(uint32_t id);
   // mu_ held: applies the free notices the peer pushed on the FreeQueue since the last call.
   void TakeFrees();
@@ -186,10 +199,11 @@ class PeerBlocks {
   struct Block {
     void* ptr;
     uint64_t cap;
+    bool free;  // listed in free_
   };
   int sock_;
   FreeQueue* frees_;  // taken under mu_; null after Close (the ring is unmapped then)
-  std::mutex mu_;  // JS thread (Land) and watcher thread (offers, frees)
+  std::mutex mu_;  // JS thread (Land, held over its copy) and watcher thread (offers, frees, revokes)
   std::map<uint32_t, Block> blocks_;        // blocks the peer offered us, mapped
   std::multimap<uint64_t, uint32_t> free_;  // capacity -> id of those we may fill now
   std::set<uint32_t> revoke_pending_;       // blocks the peer asked back while not free here
