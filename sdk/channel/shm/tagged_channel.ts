@@ -23,6 +23,7 @@
  * A buffer its process wrote to since the file was frozen is landed or sent as above.
  */
 import { ChannelNotViableError } from "../../errors/index.js";
+import type { ShmLandingStats } from "../../native/channels.js";
 import { debug } from "../../util/index.js";
 import type { Channel, ChannelBuffer, ChannelSend } from "../interface.js";
 import { type DeviceRef, reusableBuffers } from "../interface.js";
@@ -60,17 +61,8 @@ export interface TaggedConnection {
   landingStats?(): LandingStats;
 }
 
-/** What a landing connection reports: see NativeShmChannel.landingStats. */
-export interface LandingStats {
-  offeredBytes: number;
-  peerBytes: number;
-  landedSends: number;
-  sharedSends: number;
-  peerFreeBlocks: number;
-  /** Blocks we freed through the ring header's queue, and by socket message (the queue was full). */
-  queuedFrees: number;
-  socketFrees: number;
-}
+/** What a landing connection reports: the native shm channel's figures (NativeShmChannel.landingStats). */
+export type LandingStats = ShmLandingStats;
 
 const DESCRIPTOR_BYTES = 17; // RECORD, then id and length as float64
 const LANDED_BYTES = 13; // LANDED (or SHARED), then the block (transfer id) as uint32 and the length as float64
