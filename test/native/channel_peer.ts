@@ -102,6 +102,52 @@ export function devShm(): string[] {
     .sort();
 }
 
+/** The /dev/shm names that process `pid` holds open or mapped (empty when it is gone or unreadable). */
+function heldBy(pid: string): Set<string> {
+  const held = new Set<string>();
+  const add = (target: string): void => {
+    const m = /^\/dev\/shm\/([^ ]+)/.exec(target);
+    if (m) held.add(m[1]);
+  };
+  try {
+    for (const fd of fs.readdirSync(`/proc/${pid}/fd`)) {
+      try {
+        add(fs.readlinkSync(`/proc/${pid}/fd/${fd}`));
+      } catch {
+        // closed while we looked
+      }
+    }
+    for (const line of fs.readFileSync(`/proc/${pid}/maps`, "utf8").split("\n")) {
+      const at = line.indexOf("/dev/shm/");
+      if (at >= 0) add(line.slice(at));
+    }
+  } catch {
+    // the process ended while we looked, or is not ours to read
+  }
+  return held;
+}
+
+/**
+ * The /dev/shm entries (see devShm) that appeared since `before` and that a test's own processes left
+ * behind: held by this process, or by no living process at all (a dead peer's). Entries that other test
+ * files' processes create and remove meanwhile (vitest runs files side by side, and every process that
+ * starts UCX makes ucx_shm_posix_* entries) are held by those processes, so they are not counted, and an
+ * entry that disappeared is never a leak.
+ */
+export function devShmLeaks(before: readonly string[]): string[] {
+  const fresh = devShm().filter((n) => !before.includes(n));
+  if (fresh.length === 0) return [];
+  const mine = heldBy("self");
+  const others = new Set<string>();
+  for (const pid of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(pid) || Number(pid) === process.pid) continue;
+    for (const n of heldBy(pid)) others.add(n);
+  }
+  // NB: read again, so that an entry another process created and removed while we scanned is not counted.
+  const still = new Set(devShm());
+  return fresh.filter((n) => still.has(n) && (mine.has(n) || !others.has(n)));
+}
+
 type Line = { t: string } & Record<string, SetupValue>;
 
 export class ChannelPeer {

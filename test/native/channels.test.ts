@@ -12,6 +12,7 @@ import readline from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NativeError } from "../../sdk/errors/index.js";
 import { nativeChannels, type NativeShmChannel } from "../../sdk/native/channels.js";
+import { devShm, devShmLeaks } from "./channel_peer.js";
 import { fixtures, nativeOrSkip } from "./helpers.js";
 
 const { native, skip } = nativeOrSkip();
@@ -47,13 +48,12 @@ function openFds(): number {
   return fs.readdirSync("/proc/self/fd").length;
 }
 
-/** /dev/shm entries a channel could leave behind (other programs' entries come and go: not ours). */
-function devShm(): string[] {
-  if (!fs.existsSync("/dev/shm")) return [];
+/** This process's mappings of the shm channel's memfd segments (its rings and landing blocks). */
+function shmMappings(): number {
   return fs
-    .readdirSync("/dev/shm")
-    .filter((n) => /^(tprpc|ucx)/i.test(n))
-    .sort();
+    .readFileSync("/proc/self/maps", "utf8")
+    .split("\n")
+    .filter((l) => l.includes("memfd:tprpc-shm-")).length;
 }
 
 type Reply = { seq: number; error?: { code: string; message: string } } & Record<string, unknown>;
@@ -123,10 +123,12 @@ describe.skipIf(skip !== null)("native shm channel", () => {
   let conn: NativeShmChannel;
   let fdsBefore: number;
   let shmBefore: string[];
+  let mapsBefore: number;
 
   beforeAll(async () => {
     fdsBefore = openFds();
     shmBefore = devShm();
+    mapsBefore = shmMappings();
     peer = new Peer();
     pid = await peer.ready;
     conn = await connectShm(peer, pid);
@@ -188,7 +190,8 @@ describe.skipIf(skip !== null)("native shm channel", () => {
     expect((await rejection(conn.send(501, new Uint8Array(1)))).code).toBe("ECHANNELCLOSED");
     await peer.kill();
     expect(openFds()).toBe(fdsBefore);
-    expect(devShm()).toEqual(shmBefore);
+    expect(devShmLeaks(shmBefore)).toEqual([]);
+    expect(shmMappings()).toBe(mapsBefore);
   });
 });
 
@@ -223,9 +226,11 @@ describe.skipIf(skip !== null)("native shm channel: typed setup errors and peer 
   it("peer killed mid-transfer: our send and our recv fail with ECONNRESET; no fd or segment survives", async () => {
     const fds = openFds();
     const shm = devShm();
+    const maps = shmMappings();
     const peer = new Peer();
     const pid = await peer.ready;
     const conn = await connectShm(peer, pid);
+    expect(shmMappings()).toBeGreaterThan(maps); // the ring pair is mapped while the channel lives
     // Our send: the peer never posts a recv, so the ring fills and the sender waits for space.
     const big = pattern(conn.ringBytes * 2, 3);
     const sending = rejection(conn.send(1, big)); // NB: handled now, it rejects during kill()
@@ -244,7 +249,8 @@ describe.skipIf(skip !== null)("native shm channel: typed setup errors and peer 
     expect((await rejection(conn.send(3, new Uint8Array(1)))).code).toBe("ECONNRESET");
     conn.close();
     expect(openFds()).toBe(fds);
-    expect(devShm()).toEqual(shm);
+    expect(devShmLeaks(shm)).toEqual([]);
+    expect(shmMappings()).toBe(maps);
   });
 });
 
@@ -299,5 +305,42 @@ describe.skipIf(skip !== null)("native cma channel", () => {
     const e = await rejection(ch.cmaRead(pid, address, new Uint8Array(4096)));
     expect(e.code).toBe("ECONNRESET");
     expect(e.message).toMatch(new RegExp(`peer process ${pid} exited`));
+  });
+});
+
+describe.skipIf(!fs.existsSync("/dev/shm"))("the leak check the channel suites use (devShmLeaks)", () => {
+  it("counts an entry nobody holds and one this process holds, not one another living process holds", async () => {
+    const before = devShm();
+    const tag = `${process.pid}_${Date.now()}`;
+    const orphan = `/dev/shm/ucx_leakcheck_orphan_${tag}`;
+    const ours = `/dev/shm/ucx_leakcheck_ours_${tag}`;
+    const theirs = `/dev/shm/ucx_leakcheck_theirs_${tag}`;
+    fs.writeFileSync(orphan, "x");
+    fs.writeFileSync(ours, "x");
+    fs.writeFileSync(theirs, "x");
+    const fd = fs.openSync(ours, "r");
+    // Another process that holds its entry open until we end it.
+    const child = spawn(process.execPath, [
+      "-e",
+      `require("fs").openSync(${JSON.stringify(theirs)}, "r");
+      process.stdout.write("ready\\n"); setInterval(() => {}, 1000);`,
+    ]);
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error("the holder did not start in 10 s")), 10_000);
+        child.stdout.once("data", () => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+      const leaks = devShmLeaks(before).map((n) => `/dev/shm/${n}`);
+      expect(leaks.sort()).toEqual([orphan, ours].sort());
+      fs.unlinkSync(orphan); // gone again: not a leak
+      expect(devShmLeaks(before).map((n) => `/dev/shm/${n}`)).toEqual([ours]);
+    } finally {
+      child.kill("SIGKILL");
+      fs.closeSync(fd);
+      for (const f of [orphan, ours, theirs]) fs.rmSync(f, { force: true });
+    }
   });
 });

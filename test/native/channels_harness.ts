@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ChannelContext } from "../../sdk/channel/interface.js";
 import { WorkerUnavailableError } from "../../sdk/errors/index.js";
-import { ChannelPeer, devShm, openFds, pattern } from "./channel_peer.js";
+import { ChannelPeer, devShm, devShmLeaks, openFds, pattern } from "./channel_peer.js";
 import { sameBytes, useEnv } from "../channel/helpers.js";
 
 const BIG_BYTES = process.env.TPRPC_TEST_1GB === "1" ? 2 ** 30 : 256 * 2 ** 20;
@@ -103,7 +103,7 @@ export function channelSuite(
       peer.channel.close();
       expect(peer.channel.closed).toBe(true);
       expect(openFds()).toBe(fds);
-      expect(devShm()).toEqual(shm);
+      expect(devShmLeaks(shm)).toEqual([]);
     });
   });
 }
