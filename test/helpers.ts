@@ -30,3 +30,17 @@ export function expectClose(actual: Tensor | number[], expected: number[] | Tens
     if (!ok) expect.fail(`element ${i}: got ${a[i]}, expected ${e[i]} (rtol ${rtol}, atol ${atol})`);
   }
 }
+
+/**
+ * Polls `read` every 10 ms until it returns `expected` (compared as JSON) or `ms` pass, and returns its
+ * last value for the caller's expect(): for state that settles after a message its test did not await,
+ * such as a distributed autograd context's release on the workers after `distAutograd.context()`.
+ */
+export async function settled<T>(read: () => T | Promise<T>, expected: T, ms = 5_000): Promise<T> {
+  const until = Date.now() + ms;
+  for (;;) {
+    const v = await read();
+    if (JSON.stringify(v) === JSON.stringify(expected) || Date.now() > until) return v;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

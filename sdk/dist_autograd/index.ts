@@ -17,6 +17,7 @@
  * nodes (./hook.ts); the backward pass is in ./backward.ts.
  */
 import { AutogradError } from "../errors/index.js";
+import { debug } from "../util/index.js";
 import { backward, getGradients, releaseContext } from "./backward.js";
 import { contextCount, createContext, currentContextId, runInContext, setAmbient } from "./context.js";
 import { installHook } from "./hook.js";
@@ -29,8 +30,12 @@ installHook();
 
 /**
  * Runs `fn` inside a new distributed autograd context (current across its
- * awaits, and on the workers its RPCs reach); releases the context on every
- * worker involved when fn settles, and resolves to fn's value after that.
+ * awaits, and on the workers its RPCs reach); when fn settles, releases the
+ * context here and resolves to fn's value. The release messages to the other
+ * workers involved leave then and are not awaited, as PyTorch's `with
+ * dist_autograd.context()` sends them: a training loop's next step does not
+ * wait a round trip for them (a failed release is logged at TPRPC_DEBUG=2).
+ * `newContext().release()` awaits the whole tree.
  */
 export async function context<T>(fn: (ctxId: number) => T | Promise<T>): Promise<T> {
   const outer = currentContextId();
@@ -42,7 +47,10 @@ export async function context<T>(fn: (ctxId: number) => T | Promise<T>): Promise
   try {
     return await runInContext(ctx.id, () => fn(ctx.id));
   } finally {
-    await releaseContext(ctx.id);
+    // NB: drops the context here at once (before its first await); only the peers' answers are not awaited
+    releaseContext(ctx.id).catch((e: Error) =>
+      debug(2, "dist_autograd", `releasing context ${ctx.id} on its peers failed: ${e.message}`),
+    );
   }
 }
 
