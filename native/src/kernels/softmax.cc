@@ -149,7 +149,8 @@ Napi::Value Softmax(const Napi::CallbackInfo& info) {
 // shared by every leading index. Each row is written divided and masked into out first, then
 // normalised in place by the row kernels above, so the result equals the three-op composite.
 template <typename T>
-void MaskedSoftmaxRows(const T* x, const uint8_t* mask, double divisor, T* y, int64_t rows, int64_t T_, int64_t S) {
+__attribute__((always_inline)) inline void MaskedSoftmaxRows(const T* x, const uint8_t* mask, double divisor, T* y,
+                                                             int64_t rows, int64_t T_, int64_t S) {
   const T d = static_cast<T>(divisor);
   const vmath::F32Kernels& vk = vmath::F32();
   for (int64_t r = 0; r < rows; ++r) {
@@ -160,6 +161,12 @@ void MaskedSoftmaxRows(const T* x, const uint8_t* mask, double divisor, T* y, in
     if constexpr (std::is_same<T, float>::value) SoftmaxRowF32(vk, yr, yr, S, false);
     else SoftmaxRowStrided<T>(yr, 1, yr, 1, S, false);
   }
+}
+
+// The float32 rows compiled once per ISA (the addon's baseline is SSE2), for the divide-and-mask loop.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void MaskedSoftmaxF32(
+    const float* x, const uint8_t* mask, double divisor, float* y, int64_t rows, int64_t T_, int64_t S) {
+  MaskedSoftmaxRows<float>(x, mask, divisor, y, rows, T_, S);
 }
 
 Napi::Value MaskedSoftmax(const Napi::CallbackInfo& info) {
@@ -177,7 +184,7 @@ Napi::Value MaskedSoftmax(const Napi::CallbackInfo& info) {
     ThrowType(env, "maskedSoftmax: mask must be a contiguous bool [T, S] matrix");
   const int64_t rows = S ? x.numel() / S : 0;
   if (x.dtype == DType::F32)
-    MaskedSoftmaxRows<float>(x.ptr<float>(), mask.ptr<uint8_t>(), divisor, out.ptr<float>(), rows, T_, S);
+    MaskedSoftmaxF32(x.ptr<float>(), mask.ptr<uint8_t>(), divisor, out.ptr<float>(), rows, T_, S);
   else
     MaskedSoftmaxRows<double>(x.ptr<double>(), mask.ptr<uint8_t>(), divisor, out.ptr<double>(), rows, T_, S);
   return env.Undefined();
