@@ -54,7 +54,9 @@
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++14", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-O3", "-fexceptions", "-fvisibility=hidden"],
-      "cflags": ["-O3"],
+      # NB: -fno-math-errno: no kernel reads errno, and with it std::sqrt in a loop (Adam's) vectorizes
+      # (with errno, each element is a scalar sqrt and a branch to libm for negative inputs)
+      "cflags": ["-O3", "-fno-math-errno"],
       # NB: the C++ runtime is linked statically too, so the prebuild loads on any glibc >= 2.34
       # system whatever its libstdc++ (ldd: libc, libm and the loader only).
       "ldflags": ["-static-libstdc++", "-static-libgcc"],

@@ -27,37 +27,71 @@ struct AdamArgs {
 };
 
 // NB: every line is one op of the composite it replaces, rounded to T, in the same order, so the
-// float32 result is bit-identical to it (no FMA contraction: the addon is built for baseline x86-64).
+// float32 result is bit-identical to it (no FMA contraction: ISO C++ mode, -ffp-contract=off). In
+// blocks, one plain loop per step, so each vectorizes (one loop testing the options per element did
+// not: "control flow in loop", 164 us for a 512x128 parameter).
 template <typename T>
-void AdamLoop(T* p, const T* grad, T* m, T* v, T* vmax, int64_t n, const AdamArgs& a) {
+__attribute__((always_inline)) inline void AdamLoop(T* p, const T* grad, T* m, T* v, T* vmax, int64_t n,
+                                                    const AdamArgs& a) {
   const T decay = static_cast<T>(a.decay), l2 = static_cast<T>(a.l2), b1 = static_cast<T>(a.beta1),
           omb1 = static_cast<T>(a.oneMinusBeta1), b2 = static_cast<T>(a.beta2),
           omb2 = static_cast<T>(a.oneMinusBeta2), bc2 = static_cast<T>(a.bc2Sqrt), eps = static_cast<T>(a.eps),
           step = static_cast<T>(a.negStepSize);
   const bool decoupled = a.decay != 1, coupled = a.l2 != 0;
-  for (int64_t i = 0; i < n; ++i) {
-    T g = a.maximize ? -grad[i] : grad[i];
-    T pi = p[i];
-    if (decoupled) pi = pi * decay;
-    if (coupled) g = g + pi * l2;
-    T mi = m[i] * b1;
-    mi = mi + g * omb1;
-    T vi = v[i] * b2;
-    const T gg = g * g;
-    vi = vi + gg * omb2;
-    m[i] = mi;
-    v[i] = vi;
-    T second = vi;
-    if (vmax) {
-      const T cur = vmax[i];
-      second = (cur != cur || vi != vi) ? NAN : (cur > vi ? cur : vi);
-      vmax[i] = second;
+  constexpr int64_t kBlock = 1024;
+  T gb[kBlock], pb[kBlock], sb[kBlock];
+  for (int64_t s = 0; s < n; s += kBlock) {
+    const int64_t k = std::min(kBlock, n - s);
+    const T* gs = grad + s;
+    T* ps = p + s;
+    T* ms = m + s;
+    T* vs = v + s;
+    if (a.maximize)
+      for (int64_t j = 0; j < k; ++j) gb[j] = -gs[j];
+    else
+      for (int64_t j = 0; j < k; ++j) gb[j] = gs[j];
+    if (decoupled)
+      for (int64_t j = 0; j < k; ++j) pb[j] = ps[j] * decay;
+    else
+      for (int64_t j = 0; j < k; ++j) pb[j] = ps[j];
+    if (coupled)
+      for (int64_t j = 0; j < k; ++j) gb[j] = gb[j] + pb[j] * l2;
+    for (int64_t j = 0; j < k; ++j) {
+      T mi = ms[j] * b1;
+      ms[j] = mi + gb[j] * omb1;
+      T vi = vs[j] * b2;
+      const T gg = gb[j] * gb[j];
+      vs[j] = vi + gg * omb2;
     }
-    T denom = std::sqrt(second) / bc2;
-    denom = denom + eps;
-    const T ratio = mi / denom;
-    p[i] = pi + ratio * step;
+    const T* second = vs;
+    if (vmax) {
+      T* xs = vmax + s;
+      for (int64_t j = 0; j < k; ++j) {
+        const T cur = xs[j], vi = vs[j];
+        const T mx = (cur != cur || vi != vi) ? static_cast<T>(NAN) : (cur > vi ? cur : vi);
+        xs[j] = mx;
+        sb[j] = mx;
+      }
+      second = sb;
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      T denom = std::sqrt(second[j]) / bc2;
+      denom = denom + eps;
+      const T ratio = ms[j] / denom;
+      ps[j] = pb[j] + ratio * step;
+    }
   }
+}
+
+// Float32 loops compiled twice (GCC's target_clones; the loader picks AVX2 where the CPU has it, since
+// the addon's baseline is SSE2). NB: AVX2 and not AVX-512: GCC contracts a * b + c into an FMA wherever
+// the target has one (C++'s default -ffp-contract=fast), and AVX-512F has FMA, which would round Adam
+// differently from the tensor ops it must match bit for bit; AVX2 alone has no FMA. On this project's
+// AMD EPYC, a 512x128 Adam step: 164 us (one loop testing the options per element, scalar), 34 us.
+__attribute__((target_clones("avx2", "default"))) void AdamF32(float* p, const float* grad, float* m,
+                                                                          float* v, float* vmax, int64_t n,
+                                                                          const AdamArgs& a) {
+  AdamLoop<float>(p, grad, m, v, vmax, n, a);
 }
 
 // adamStep(p, grad, expAvg, expAvgSq, maxExpAvgSq|null, decay, l2, beta1, oneMinusBeta1, beta2,
@@ -81,8 +115,7 @@ Napi::Value AdamStep(const Napi::CallbackInfo& info) {
   }
   const AdamArgs a{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], info[14].ToBoolean().Value()};
   if (p.dtype == DType::F32)
-    AdamLoop<float>(p.ptr<float>(), g.ptr<float>(), m.ptr<float>(), v.ptr<float>(), ams ? vm.ptr<float>() : nullptr,
-                    n, a);
+    AdamF32(p.ptr<float>(), g.ptr<float>(), m.ptr<float>(), v.ptr<float>(), ams ? vm.ptr<float>() : nullptr, n, a);
   else
     AdamLoop<double>(p.ptr<double>(), g.ptr<double>(), m.ptr<double>(), v.ptr<double>(),
                      ams ? vm.ptr<double>() : nullptr, n, a);
@@ -100,7 +133,7 @@ struct SgdArgs {
 // NB: in blocks, one plain loop per line, so every loop vectorizes (a loop testing the options per
 // element did not: 6% of a FedAvg step in perf, a third of its GEMMs).
 template <typename T>
-void SgdLoop(T* p, const T* grad, T* buf, int64_t n, const SgdArgs& a) {
+__attribute__((always_inline)) inline void SgdLoop(T* p, const T* grad, T* buf, int64_t n, const SgdArgs& a) {
   const T wd = static_cast<T>(a.weightDecay), mom = static_cast<T>(a.momentum),
           keep = static_cast<T>(1 - a.dampening), negLr = static_cast<T>(-a.lr);
   const bool useBuf = buf != nullptr && a.momentum != 0, scaled = (1 - a.dampening) != 1;
@@ -133,6 +166,12 @@ void SgdLoop(T* p, const T* grad, T* buf, int64_t n, const SgdArgs& a) {
   }
 }
 
+// The float32 loop twice, as AdamF32.
+__attribute__((target_clones("avx2", "default"))) void SgdF32(float* p, const float* grad, float* buf, int64_t n,
+                                                               const SgdArgs& a) {
+  SgdLoop<float>(p, grad, buf, n, a);
+}
+
 // sgdStep(p, grad, buf|null, lr, momentum, dampening, weightDecay, nesterov, maximize, first): in place
 // on p (and buf); all contiguous, one float dtype, one element count.
 Napi::Value SgdStep(const Napi::CallbackInfo& info) {
@@ -153,7 +192,7 @@ Napi::Value SgdStep(const Napi::CallbackInfo& info) {
   const SgdArgs a{s[0], s[1], s[2], s[3], info[7].ToBoolean().Value(), info[8].ToBoolean().Value(),
                   info[9].ToBoolean().Value()};
   if (p.dtype == DType::F32)
-    SgdLoop<float>(p.ptr<float>(), g.ptr<float>(), hasBuf ? b.ptr<float>() : nullptr, n, a);
+    SgdF32(p.ptr<float>(), g.ptr<float>(), hasBuf ? b.ptr<float>() : nullptr, n, a);
   else
     SgdLoop<double>(p.ptr<double>(), g.ptr<double>(), hasBuf ? b.ptr<double>() : nullptr, n, a);
   return env.Undefined();
@@ -175,8 +214,9 @@ __attribute__((always_inline)) inline double PartialSums(const T* p, int64_t n) 
 //   gx = rstd (ĝ - mean(ĝ) - x̂ mean(ĝ x̂));  gw += g x̂;  gb += g   (gw, gb summed over rows)
 // Row and column sums accumulate in float64. One plain loop per quantity, so each vectorizes.
 template <typename T>
-__attribute__((always_inline)) inline void LayerNormBackwardRows(const T* g, const T* x, const T* mean, const T* rstd, const T* w, T* gx, T* gw, T* gb,
-                           int64_t rows, int64_t D) {
+__attribute__((always_inline)) inline void LayerNormBackwardRows(const T* g, const T* x, const T* mean, const T* rstd,
+                                                                  const T* w, T* gx, T* gw, T* gb, int64_t rows,
+                                                                  int64_t D) {
   std::vector<double> accW(gw ? D : 0, 0.0), accB(gb ? D : 0, 0.0);
   std::vector<T> buf(3 * static_cast<size_t>(D));
   T* xhat = buf.data();
@@ -212,10 +252,9 @@ __attribute__((always_inline)) inline void LayerNormBackwardRows(const T* g, con
   for (int64_t j = 0; gb && j < D; ++j) gb[j] = static_cast<T>(accB[j]);
 }
 
-// The float32 rows, compiled once per ISA (GCC's target_clones: the loader picks the widest the CPU
-// has), since the addon's baseline is SSE2. 512 rows of 128 on this project's AMD EPYC: 113 us with one
-// running sum per row, 62 us with the loops above on SSE2, 40 us with the clones.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void LayerNormBackwardF32(
+// The float32 rows twice, as AdamF32. 512 rows of 128 on this project's AMD EPYC: 113 us with one
+// running sum per row, 62 us with the loops above on SSE2, 40 us with AVX2.
+__attribute__((target_clones("avx2", "default"))) void LayerNormBackwardF32(
     const float* g, const float* x, const float* mean, const float* rstd, const float* w, float* gx, float* gw,
     float* gb, int64_t rows, int64_t D) {
   LayerNormBackwardRows<float>(g, x, mean, rstd, w, gx, gw, gb, rows, D);
@@ -288,9 +327,8 @@ __attribute__((always_inline)) inline void SoftmaxBackwardRows(const T* y, const
   }
 }
 
-// The float32 rows once per ISA, as LayerNormBackwardF32: [8, 4, 64, 64] took 68 us on SSE2 with one
-// running sum per row.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void SoftmaxBackwardF32(const float* y, const float* g,
+// The float32 rows twice, as AdamF32: [8, 4, 64, 64] 68 us on SSE2 with one running sum per row, 28 us.
+__attribute__((target_clones("avx2", "default"))) void SoftmaxBackwardF32(const float* y, const float* g,
                                                                                      float* gx, int64_t rows,
                                                                                      int64_t n, bool log) {
   SoftmaxBackwardRows<float>(y, g, gx, rows, n, log);
