@@ -55,8 +55,11 @@
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++14", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-O3", "-fexceptions", "-fvisibility=hidden"],
       # NB: -fno-math-errno: no kernel reads errno, and with it std::sqrt in a loop (Adam's) vectorizes
-      # (with errno, each element is a scalar sqrt and a branch to libm for negative inputs)
-      "cflags": ["-O3", "-fno-math-errno"],
+      # (with errno, each element is a scalar sqrt and a branch to libm for negative inputs).
+      # -ffp-contract=off: no a * b + c fused into one FMA behind the code's back (C++'s default is
+      # "fast"), so the fused optimizer steps stay bit-identical to the tensor ops on any target
+      # (TPRPC_AVX2_CLONES, an -march=native build); vmath's FMAs are explicit intrinsics.
+      "cflags": ["-O3", "-fno-math-errno", "-ffp-contract=off"],
       # NB: the C++ runtime is linked statically too, so the prebuild loads on any glibc >= 2.34
       # system whatever its libstdc++ (ldd: libc, libm and the loader only).
       "ldflags": ["-static-libstdc++", "-static-libgcc"],

@@ -48,8 +48,12 @@ export async function context<T>(fn: (ctxId: number) => T | Promise<T>): Promise
     return await runInContext(ctx.id, () => fn(ctx.id));
   } finally {
     // NB: drops the context here at once (before its first await); only the peers' answers are not awaited
-    releaseContext(ctx.id).catch((e: Error) =>
-      debug(2, "dist_autograd", `releasing context ${ctx.id} on its peers failed: ${e.message}`),
+    releaseContext(ctx.id).catch((e: unknown) =>
+      debug(
+        2,
+        "dist_autograd",
+        `releasing context ${ctx.id} on its peers failed: ${e instanceof Error ? e.message : String(e)}`,
+      ),
     );
   }
 }

@@ -90,15 +90,17 @@ export function openFds(): number {
   return fs.readdirSync("/proc/self/fd").length;
 }
 
+const OURS = /^(tprpc|ucx)/i;
+
 /**
  * /dev/shm entries that tprpc's channels or UCX could leave behind (names starting "tprpc" or "ucx").
  * NB: other programs' entries (e.g. Python's sem.mp-*) come and go on a shared machine; they are not ours.
  */
-export function devShm(): string[] {
+export function devShm(names: RegExp = OURS): string[] {
   if (!fs.existsSync("/dev/shm")) return [];
   return fs
     .readdirSync("/dev/shm")
-    .filter((n) => /^(tprpc|ucx)/i.test(n))
+    .filter((n) => names.test(n))
     .sort();
 }
 
@@ -134,8 +136,8 @@ function heldBy(pid: string): Set<string> {
  * starts UCX makes ucx_shm_posix_* entries) are held by those processes, so they are not counted, and an
  * entry that disappeared is never a leak.
  */
-export function devShmLeaks(before: readonly string[]): string[] {
-  const fresh = devShm().filter((n) => !before.includes(n));
+export function devShmLeaks(before: readonly string[], names: RegExp = OURS): string[] {
+  const fresh = devShm(names).filter((n) => !before.includes(n));
   if (fresh.length === 0) return [];
   const mine = heldBy("self");
   const others = new Set<string>();
@@ -144,7 +146,7 @@ export function devShmLeaks(before: readonly string[]): string[] {
     for (const n of heldBy(pid)) others.add(n);
   }
   // NB: read again, so that an entry another process created and removed while we scanned is not counted.
-  const still = new Set(devShm());
+  const still = new Set(devShm(names));
   return fresh.filter((n) => still.has(n) && (mine.has(n) || !others.has(n)));
 }
 

@@ -310,11 +310,13 @@ describe.skipIf(skip !== null)("native cma channel", () => {
 
 describe.skipIf(!fs.existsSync("/dev/shm"))("the leak check the channel suites use (devShmLeaks)", () => {
   it("counts an entry nobody holds and one this process holds, not one another living process holds", async () => {
-    const before = devShm();
+    // NB: names of this test's own, outside the channel suites' "tprpc"/"ucx" filter, which run beside it
     const tag = `${process.pid}_${Date.now()}`;
-    const orphan = `/dev/shm/ucx_leakcheck_orphan_${tag}`;
-    const ours = `/dev/shm/ucx_leakcheck_ours_${tag}`;
-    const theirs = `/dev/shm/ucx_leakcheck_theirs_${tag}`;
+    const names = new RegExp(`^leakcheck_[a-z]+_${tag}$`);
+    const before = devShm(names);
+    const orphan = `/dev/shm/leakcheck_orphan_${tag}`;
+    const ours = `/dev/shm/leakcheck_ours_${tag}`;
+    const theirs = `/dev/shm/leakcheck_theirs_${tag}`;
     fs.writeFileSync(orphan, "x");
     fs.writeFileSync(ours, "x");
     fs.writeFileSync(theirs, "x");
@@ -333,10 +335,10 @@ describe.skipIf(!fs.existsSync("/dev/shm"))("the leak check the channel suites u
           resolve();
         });
       });
-      const leaks = devShmLeaks(before).map((n) => `/dev/shm/${n}`);
+      const leaks = devShmLeaks(before, names).map((n) => `/dev/shm/${n}`);
       expect(leaks.sort()).toEqual([orphan, ours].sort());
       fs.unlinkSync(orphan); // gone again: not a leak
-      expect(devShmLeaks(before).map((n) => `/dev/shm/${n}`)).toEqual([ours]);
+      expect(devShmLeaks(before, names).map((n) => `/dev/shm/${n}`)).toEqual([ours]);
     } finally {
       child.kill("SIGKILL");
       fs.closeSync(fd);

@@ -23,6 +23,16 @@ namespace kern {
 // Work below this many elements stays on the calling thread.
 constexpr int64_t kGrain = 32768;
 
+// A float32 loop compiled twice on x86-64, for the baseline (SSE2) and for AVX2, the loader picking AVX2
+// where the CPU has it (GCC's target_clones). Not AVX-512: its FMA would round a * b + c once where the
+// tensor ops round twice (the build's -ffp-contract=off forbids that contraction anyway; AVX2 alone has
+// no FMA). Elsewhere, compiled once.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TPRPC_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define TPRPC_AVX2_CLONES
+#endif
+
 inline const char* DTypeName(DType d) {
   switch (d) {
     case DType::F32: return "float32";

@@ -27,7 +27,7 @@ struct AdamArgs {
 };
 
 // NB: every line is one op of the composite it replaces, rounded to T, in the same order, so the
-// float32 result is bit-identical to it (no FMA contraction: ISO C++ mode, -ffp-contract=off). In
+// float32 result is bit-identical to it (no FMA contraction: binding.gyp's -ffp-contract=off). In
 // blocks, one plain loop per step, so each vectorizes (one loop testing the options per element did
 // not: "control flow in loop", 164 us for a 512x128 parameter).
 template <typename T>
@@ -83,14 +83,10 @@ __attribute__((always_inline)) inline void AdamLoop(T* p, const T* grad, T* m, T
   }
 }
 
-// Float32 loops compiled twice (GCC's target_clones; the loader picks AVX2 where the CPU has it, since
-// the addon's baseline is SSE2). NB: AVX2 and not AVX-512: GCC contracts a * b + c into an FMA wherever
-// the target has one (C++'s default -ffp-contract=fast), and AVX-512F has FMA, which would round Adam
-// differently from the tensor ops it must match bit for bit; AVX2 alone has no FMA. On this project's
-// AMD EPYC, a 512x128 Adam step: 164 us (one loop testing the options per element, scalar), 34 us.
-__attribute__((target_clones("avx2", "default"))) void AdamF32(float* p, const float* grad, float* m,
-                                                                          float* v, float* vmax, int64_t n,
-                                                                          const AdamArgs& a) {
+// The float32 loop compiled for AVX2 too (TPRPC_AVX2_CLONES, kernels/common.h). On this project's AMD
+// EPYC, a 512x128 Adam step: 164 us (one loop testing the options per element, scalar), 34 us.
+TPRPC_AVX2_CLONES void AdamF32(float* p, const float* grad, float* m, float* v, float* vmax, int64_t n,
+                               const AdamArgs& a) {
   AdamLoop<float>(p, grad, m, v, vmax, n, a);
 }
 
@@ -167,8 +163,7 @@ __attribute__((always_inline)) inline void SgdLoop(T* p, const T* grad, T* buf, 
 }
 
 // The float32 loop twice, as AdamF32.
-__attribute__((target_clones("avx2", "default"))) void SgdF32(float* p, const float* grad, float* buf, int64_t n,
-                                                               const SgdArgs& a) {
+TPRPC_AVX2_CLONES void SgdF32(float* p, const float* grad, float* buf, int64_t n, const SgdArgs& a) {
   SgdLoop<float>(p, grad, buf, n, a);
 }
 
@@ -231,14 +226,7 @@ __attribute__((always_inline)) inline void LayerNormBackwardRows(const T* g, con
       for (int64_t j = 0; j < D; ++j) ghat[j] = gr[j] * w[j];
     else
       std::copy(gr, gr + D, ghat);
-    if (gx) {
-      for (int64_t j = 0; j < D; ++j) prod[j] = ghat[j] * xhat[j];
-      // NB: the sums are rounded to T before the division, as the composite's float reductions are.
-      const T m1 = static_cast<T>(PartialSums(ghat, D)) / static_cast<T>(D);
-      const T m2 = static_cast<T>(PartialSums(prod, D)) / static_cast<T>(D);
-      T* out = gx + r * D;
-      for (int64_t j = 0; j < D; ++j) out[j] = ((ghat[j] - m1) - xhat[j] * m2) * rs;
-    }
+    // NB: before gx is written, which may be g itself
     if (gw) {
       double* aw = accW.data();
       for (int64_t j = 0; j < D; ++j) aw[j] += static_cast<double>(gr[j] * xhat[j]);
@@ -247,6 +235,14 @@ __attribute__((always_inline)) inline void LayerNormBackwardRows(const T* g, con
       double* ab = accB.data();
       for (int64_t j = 0; j < D; ++j) ab[j] += static_cast<double>(gr[j]);
     }
+    if (gx) {
+      for (int64_t j = 0; j < D; ++j) prod[j] = ghat[j] * xhat[j];
+      // NB: the sums are rounded to T before the division, as the composite's float reductions are.
+      const T m1 = static_cast<T>(PartialSums(ghat, D)) / static_cast<T>(D);
+      const T m2 = static_cast<T>(PartialSums(prod, D)) / static_cast<T>(D);
+      T* out = gx + r * D;
+      for (int64_t j = 0; j < D; ++j) out[j] = ((ghat[j] - m1) - xhat[j] * m2) * rs;
+    }
   }
   for (int64_t j = 0; gw && j < D; ++j) gw[j] = static_cast<T>(accW[j]);
   for (int64_t j = 0; gb && j < D; ++j) gb[j] = static_cast<T>(accB[j]);
@@ -254,9 +250,9 @@ __attribute__((always_inline)) inline void LayerNormBackwardRows(const T* g, con
 
 // The float32 rows twice, as AdamF32. 512 rows of 128 on this project's AMD EPYC: 113 us with one
 // running sum per row, 62 us with the loops above on SSE2, 40 us with AVX2.
-__attribute__((target_clones("avx2", "default"))) void LayerNormBackwardF32(
-    const float* g, const float* x, const float* mean, const float* rstd, const float* w, float* gx, float* gw,
-    float* gb, int64_t rows, int64_t D) {
+TPRPC_AVX2_CLONES void LayerNormBackwardF32(const float* g, const float* x, const float* mean, const float* rstd,
+                                            const float* w, float* gx, float* gw, float* gb, int64_t rows,
+                                            int64_t D) {
   LayerNormBackwardRows<float>(g, x, mean, rstd, w, gx, gw, gb, rows, D);
 }
 
@@ -314,9 +310,7 @@ __attribute__((always_inline)) inline void SoftmaxBackwardRows(const T* y, const
     const T* gr = g + r * n;
     T* o = gx + r * n;
     if (log) {
-      double acc = 0;
-      for (int64_t j = 0; j < n; ++j) acc += gr[j];
-      const T s = static_cast<T>(acc);
+      const T s = static_cast<T>(PartialSums(gr, n));
       for (int64_t j = 0; j < n; ++j) o[j] = gr[j] - static_cast<T>(std::exp(yr[j])) * s;
     } else {
       T* p = prod.data();
@@ -328,9 +322,8 @@ __attribute__((always_inline)) inline void SoftmaxBackwardRows(const T* y, const
 }
 
 // The float32 rows twice, as AdamF32: [8, 4, 64, 64] 68 us on SSE2 with one running sum per row, 28 us.
-__attribute__((target_clones("avx2", "default"))) void SoftmaxBackwardF32(const float* y, const float* g,
-                                                                                     float* gx, int64_t rows,
-                                                                                     int64_t n, bool log) {
+TPRPC_AVX2_CLONES void SoftmaxBackwardF32(const float* y, const float* g, float* gx, int64_t rows, int64_t n,
+                                          bool log) {
   SoftmaxBackwardRows<float>(y, g, gx, rows, n, log);
 }
 

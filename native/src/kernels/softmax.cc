@@ -163,10 +163,9 @@ __attribute__((always_inline)) inline void MaskedSoftmaxRows(const T* x, const u
   }
 }
 
-// The float32 rows compiled for AVX2 too (the addon's baseline is SSE2), for the divide-and-mask loop;
-// not AVX-512, whose FMA GCC would contract into (see fused.cc's AdamF32).
-__attribute__((target_clones("avx2", "default"))) void MaskedSoftmaxF32(
-    const float* x, const uint8_t* mask, double divisor, float* y, int64_t rows, int64_t T_, int64_t S) {
+// The float32 rows compiled for AVX2 too (TPRPC_AVX2_CLONES), for the divide-and-mask loop.
+TPRPC_AVX2_CLONES void MaskedSoftmaxF32(const float* x, const uint8_t* mask, double divisor, float* y, int64_t rows,
+                                        int64_t T_, int64_t S) {
   MaskedSoftmaxRows<float>(x, mask, divisor, y, rows, T_, S);
 }
 
