@@ -713,18 +713,20 @@ describe.skipIf(skip !== null)(
     });
 
     it("maskedSoftmax equals the reference backend (div, mask, softmax), fully masked rows and NaN included", () => {
-      for (const dtype of ["float32", "float64"] as const) {
-        const [T, S] = [6, 7];
-        const x = rand([2, 3, T, S], dtype, 160, -8, 8);
-        (x.storage.data as Float32Array)[S * 2 + 3] = NaN; // one NaN row
-        const mask = rand([T, S], "bool", 161, -1, 1);
-        for (let j = 0; j < S; j++) (mask.storage.data as Uint8Array)[4 * S + j] = 1; // row 4 fully masked
-        const got = like(x);
-        const want = like(x);
-        n.maskedSoftmax(view(x), view(mask), Math.sqrt(8), view(got));
-        ref.maskedSoftmax(x, mask, Math.sqrt(8), want);
-        close(got, want, dtype === "float32" ? 4e-6 : 1e-13, 1e-30);
-      }
+      // NB: S = 37 also runs the float32 divide-and-mask loop's vector body (8 lanes), not only its tail
+      for (const dtype of ["float32", "float64"] as const)
+        for (const S of [7, 37]) {
+          const T = 6;
+          const x = rand([2, 3, T, S], dtype, 160, -8, 8);
+          (x.storage.data as Float32Array)[S * 2 + 3] = NaN; // one NaN row
+          const mask = rand([T, S], "bool", 161, -1, 1);
+          for (let j = 0; j < S; j++) (mask.storage.data as Uint8Array)[4 * S + j] = 1; // row 4 fully masked
+          const got = like(x);
+          const want = like(x);
+          n.maskedSoftmax(view(x), view(mask), Math.sqrt(8), view(got));
+          ref.maskedSoftmax(x, mask, Math.sqrt(8), want);
+          close(got, want, dtype === "float32" ? 4e-6 : 1e-13, 1e-30);
+        }
       const x = rand([2, 3], "float32", 1);
       expect(() => n.maskedSoftmax(view(x), view(rand([3, 2], "bool", 2)), 1, view(like(x)))).toThrow(TypeError);
     });
