@@ -19,6 +19,11 @@ const TPRPC = path.join(root, "bin/tprpc.mjs");
 const KERNEL = path.join(root, "kernel-ext/bin/tprpc-kernel.mjs");
 const RECORD = path.join(root, "test/cli/record_loads.mjs");
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "tprpc-cli-"));
+/**
+ * The kernel names a `list` printed (each line's first column). NB: not a substring test of the whole
+ * output: the paths contain `tmp`, whose random suffix can spell "cli-a", "cli-b", ...
+ */
+const kernelNames = (out: string): string[] => out.split("\n").map((l) => l.split("\t")[0]!);
 const version = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8")).version as string;
 
 // NB: Jupyter's folders point into tmp, and no RANK / TPRPC_NATIVE from the caller leaks in.
@@ -212,7 +217,7 @@ describe("tprpc-kernel list and install", () => {
       "no tprpc kernelspec installed there (run: npx tprpc-kernel install)\n",
     );
     // NB: without a location, list shows what Jupyter sees (JUPYTER_PATH, the user folder, ...), not prefix-a.
-    expect(kernel("list").out).not.toContain("cli-a");
+    expect(kernelNames(kernel("list").out)).not.toContain("cli-a");
     expect(kernel("uninstall", "--prefix", a, "--name", "cli-a").code).toBe(0);
     expect(kernel("list", "--prefix", a).out).toContain("no tprpc kernelspec installed there");
   });
@@ -222,10 +227,10 @@ describe("tprpc-kernel list and install", () => {
     expect(kernel("install", "--prefix", b, "--name", "cli-b").code).toBe(0);
     const user = kernel("list", "--user").out;
     expect(user).toContain(`cli-user\t${path.join(tmp, "user/kernels/cli-user")}\t`);
-    expect(user).not.toContain("cli-b");
+    expect(kernelNames(user)).not.toContain("cli-b");
     const venv = run(KERNEL, ["list", "--sys-prefix"], { env: { ...baseEnv, VIRTUAL_ENV: b } });
     expect(venv.out).toContain(`cli-b\t${path.join(b, "share/jupyter/kernels/cli-b")}\t`);
-    expect(venv.out).not.toContain("cli-user");
+    expect(kernelNames(venv.out)).not.toContain("cli-user");
     expect(kernel("list", "--user", "--prefix", b)).toMatchObject({
       code: 1,
       err: "tprpc-kernel list: choose one of --user, --prefix PATH and --sys-prefix\n",
