@@ -12,7 +12,7 @@ import readline from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NativeError } from "../../sdk/errors/index.js";
 import { nativeChannels, type NativeShmChannel } from "../../sdk/native/channels.js";
-import { devShm, devShmLeaks } from "./channel_peer.js";
+import { devShm, devShmLeaks, openFds } from "./channel_peer.js";
 import { fixtures, nativeOrSkip } from "./helpers.js";
 
 const { native, skip } = nativeOrSkip();
@@ -42,10 +42,6 @@ function rng(seed: number): () => number {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
-}
-
-function openFds(): number {
-  return fs.readdirSync("/proc/self/fd").length;
 }
 
 /** This process's mappings of the shm channel's memfd segments (its rings and landing blocks). */

@@ -280,19 +280,14 @@ Napi::Value LayerNormBackward(const Napi::CallbackInfo& info) {
   void* gx = optional(5, "gx", rows * D);
   void* gw = optional(6, "gw", D);
   void* gb = optional(7, "gb", D);
-  if (x.dtype == DType::F32) {
+  if (x.dtype == DType::F32)
     LayerNormBackwardF32(g.ptr<float>(), x.ptr<float>(), static_cast<float*>(mean), static_cast<float*>(rstd),
                          static_cast<float*>(w), static_cast<float*>(gx), static_cast<float*>(gw),
                          static_cast<float*>(gb), rows, D);
-    return env.Undefined();
-  }
-  DispatchAll(x.dtype, [&](auto t) {
-    using T = decltype(t);
-    if constexpr (std::is_floating_point<T>::value)
-      LayerNormBackwardRows<T>(g.ptr<T>(), x.ptr<T>(), static_cast<T*>(mean), static_cast<T*>(rstd),
-                               static_cast<T*>(w), static_cast<T*>(gx), static_cast<T*>(gw), static_cast<T*>(gb), rows,
-                               D);
-  });
+  else
+    LayerNormBackwardRows<double>(g.ptr<double>(), x.ptr<double>(), static_cast<double*>(mean),
+                                  static_cast<double*>(rstd), static_cast<double*>(w), static_cast<double*>(gx),
+                                  static_cast<double*>(gw), static_cast<double*>(gb), rows, D);
   return env.Undefined();
 }
 

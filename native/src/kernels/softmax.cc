@@ -168,11 +168,11 @@ __attribute__((always_inline)) inline void MaskedSoftmaxRows(const T* x, const u
         const uint32_t rb = (m & 0xFF800000u) | (~m & qb);  // -inf where masked
         std::memcpy(yr + j, &rb, 4);
       }
+      SoftmaxRowF32(vk, yr, yr, S, false);
     } else {
       for (int64_t j = 0; j < S; ++j) yr[j] = mr[j] ? static_cast<T>(-INFINITY) : xr[j] / d;
+      SoftmaxRowStrided<T>(yr, 1, yr, 1, S, false);
     }
-    if constexpr (std::is_same<T, float>::value) SoftmaxRowF32(vk, yr, yr, S, false);
-    else SoftmaxRowStrided<T>(yr, 1, yr, 1, S, false);
   }
 }
 
