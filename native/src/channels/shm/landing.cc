@@ -68,16 +68,12 @@ void StreamCopy(char* dst, const char* src, uint64_t n) {
 #endif
 }
 
-// A byte count from the environment variable `name`, or `fallback` when it is unset or empty.
-uint64_t EnvBytes(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 10) : fallback;
-}
-
 // Bytes from which a land copy streams (TPRPC_SHM_STREAM_BYTES, default 1 MiB; 0: never).
 uint64_t StreamMin() {
   static const uint64_t min = [] {
-    uint64_t b = EnvBytes("TPRPC_SHM_STREAM_BYTES", uint64_t{1} << 20);
+    const char* v = std::getenv("TPRPC_SHM_STREAM_BYTES");
+    if (v == nullptr || *v == '\0') return uint64_t{1} << 20;
+    uint64_t b = std::strtoull(v, nullptr, 10);
     return b == 0 ? UINT64_MAX : b;
   }();
   return min;
@@ -102,7 +98,11 @@ std::chrono::milliseconds LandIdleFromEnv() {
   return std::chrono::milliseconds(static_cast<int64_t>((secs > 0 ? secs : 30.0) * 1000));
 }
 
-uint64_t LandBudgetFromEnv() { return EnvBytes("TPRPC_SHM_LANDING_BYTES", 256ull << 20); }
+uint64_t LandBudgetFromEnv() {
+  const char* v = std::getenv("TPRPC_SHM_LANDING_BYTES");
+  if (v != nullptr && *v != '\0') return std::strtoull(v, nullptr, 10);
+  return 256ull << 20;
+}
 
 uint64_t LandClass(uint64_t n) {
   int k = 63 - __builtin_clzll(n - 1);  // 2^k < n <= 2^(k+1)
