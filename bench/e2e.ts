@@ -51,6 +51,7 @@ import { startLocalWorkers } from "../sdk/rpc/launcher.js";
 import { tprpcA3c } from "./e2e_a3c.js";
 import { FEDAVG_EXAMPLES, tprpcFedAvg } from "./e2e_fedavg.js";
 import { startLoad } from "./load.js";
+import { machineLine } from "./machine.js";
 import { GC_KINDS, median, now, repoRoot } from "./rpc_common.js";
 import { spawnInGroup } from "./spawn_group.js";
 import os from "node:os";
@@ -462,6 +463,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   const profDir = argv.indexOf("--cpu-prof");
   if (profDir >= 0) o.cpuProfDir = path.resolve(argv[profDir + 1] ?? ".");
   const loadN = num("--load", 0);
+  const machine = machineLine(100_000_000); // NB: before the load starts
   const load = await startLoad(loadN);
   const wall = now();
   const bound = 600_000 * (loadN + 1);
@@ -529,6 +531,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
     `${loadN ? `under load: ${loadN} busy process(es) beside both sides` : "no load added"}; ` +
       `${o.threads} thread(s) per process; ${o.steps} timed steps after ${o.warmup} warm-up${quick ? " (--quick)" : ""}`,
   );
+  out.push(machine);
   if (typeof torch !== "string") out.push(`PyTorch RPC: ${torch.header}`);
   out.push("");
   out.push(`pipelined GPT (notebook 04: 2 stages on 2 workers, ${o.micro} micro-batches, batch ${BATCH}x${BLOCK})`);
