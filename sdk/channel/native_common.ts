@@ -146,6 +146,8 @@ export const RECORD = 0;
 export const LANDED = 2;
 /** shm: a shared storage's file went to the receiver as transfer `id` (./shm/tagged_channel.ts). */
 export const SHARED = 3;
+/** shm: the receiver reads the bytes out of the sender's memory (process_vm_readv, ../cma): buffers above TPRPC_SHM_CMA_BYTES. */
+export const DIRECT = 4;
 export const INLINE_MAX = 16 * 1024;
 
 export function inlineDescriptor(bytes: Uint8Array): Uint8Array {

@@ -54,10 +54,10 @@ import {
 
 const DESCRIPTOR_BYTES = 25; // RECORD, then the fields
 
-function encode(id: number, length: number, address: number): Uint8Array {
+function encode(id: number, length: number, address: number, kind: number): Uint8Array {
   const d = new Uint8Array(DESCRIPTOR_BYTES);
   const v = new DataView(d.buffer);
-  d[0] = RECORD;
+  d[0] = kind;
   v.setFloat64(1, id, true);
   v.setFloat64(9, length, true);
   v.setFloat64(17, address, true);
@@ -77,7 +77,11 @@ function isRecord(m: SetupValue): m is { readonly [key: string]: SetupValue } {
   return typeof m === "object" && m !== null && !Array.isArray(m) && !(m instanceof Uint8Array);
 }
 
-class CmaChannel implements Channel {
+/**
+ * A cma channel over `b`: also the shm channel's path for its largest buffers (../shm/index.ts), where
+ * `kind` (the descriptor's first byte) tells its descriptors from the shm ones.
+ */
+export class CmaChannel implements Channel {
   readonly name = "cma";
   private readonly pending = new Pending();
   private readonly acks = new Map<number, { resolve: () => void; bytes: Uint8Array }>();
@@ -89,6 +93,7 @@ class CmaChannel implements Channel {
     private readonly b: ChannelBootstrap,
     private readonly peerPid: number,
     inbox: Inbox,
+    private readonly kind = RECORD,
   ) {
     inbox.listen((m) => {
       if (!isRecord(m) || !Array.isArray(m.done)) return;
@@ -113,7 +118,7 @@ class CmaChannel implements Channel {
     const n = buffer.bytes.byteLength;
     // NB: addressOf moves a small on-heap typed array's bytes off the V8 heap first, so the address stays valid.
     const address = loadNative()!.addressOf(buffer.bytes);
-    const descriptor = encode(id, n, address);
+    const descriptor = encode(id, n, address, this.kind);
     // NB: the entry also holds the bytes: the peer reads them until it acks, whatever the caller keeps.
     const acked = new Promise<void>((resolve) => this.acks.set(id, { resolve, bytes: buffer.bytes }));
     return { descriptor, done: this.pending.track(acked, (e) => e) };
@@ -194,16 +199,22 @@ export class CmaChannelContext implements ChannelContext {
     return (this.reason = undefined);
   }
 
+  /** Our probe word for a peer to read (see the file comment), or undefined where cma is not viable here. */
+  probeInfo(): SetupValue | undefined {
+    if (!this.isViable()) return undefined;
+    const p = this.probe!;
+    return { pid: p.pid, address: p.address, value: p.value };
+  }
+
   advertise(host: HostIdentity): ChannelAdvert | null {
     if (!this.isViable()) return null;
     const domain = sameHostDomain(host, ["pid", "user"]);
-    const p = this.probe!;
     return {
       name: this.name,
       priorities: { "cpu-cpu": CHANNEL_PRIORITY.cma },
       // NB: an unknown uid (-1) still makes a valid, if unusual, domain: both sides would need it.
       domain: `${domain}/uid:${host.uid}`,
-      info: { pid: p.pid, address: p.address, value: p.value },
+      info: this.probeInfo(),
     };
   }
 
@@ -211,33 +222,45 @@ export class CmaChannelContext implements ChannelContext {
     const native = nativeChannels();
     if (!native || !this.isViable()) throw new ChannelNotViableError(this.whyNotViable() ?? "cma channel: not viable");
     const inbox = new Inbox(b);
-    const info = b.remoteAdvert.info;
-    const p = isRecord(info ?? null) ? (info as { pid?: unknown; address?: unknown; value?: unknown }) : {};
-    let verdict: { ok: boolean; reason: string };
-    if (typeof p.pid !== "number" || typeof p.address !== "number" || typeof p.value !== "number") {
-      verdict = { ok: false, reason: `${b.peerName} sent no cma probe word` };
-    } else {
-      const c = native.cmaCheck(p.pid, p.address, p.value);
-      verdict = { ok: c.viable, reason: c.reason ?? "" };
-    }
-    // Both sides must be able to read each other's memory: exchange the verdicts.
-    await b.send({ ok: verdict.ok, reason: verdict.reason });
-    const theirs = await inbox.next(
-      b.timeoutMs,
-      () => new ChannelNotViableError(`cma channel: ${b.peerName} sent no verdict within ${b.timeoutMs} ms`),
-    );
-    const their = isRecord(theirs) ? theirs : {};
-    if (!verdict.ok)
-      throw new ChannelNotViableError(`cma channel: reading ${b.peerName}'s memory failed: ${verdict.reason}`);
-    if (their.ok !== true)
-      throw new ChannelNotViableError(
-        `cma channel: ${b.peerName} cannot read our memory: ${String(their.reason ?? "")}`,
-      );
-    const channel = new CmaChannel(b, p.pid as number, inbox);
+    const v = await exchangeCmaVerdicts(b, inbox, b.remoteAdvert.info);
+    if (!v.ok) throw new ChannelNotViableError(`cma channel: ${v.why}`);
+    const channel = new CmaChannel(b, v.pid, inbox);
     b.onClose((error) => channel.close(error ? pipeClosedError("cma", b.peerName, error) : undefined));
-    debug(2, "channel", `cma channel to ${b.peerName} (pid ${String(p.pid)}) up`);
+    debug(2, "channel", `cma channel to ${b.peerName} (pid ${v.pid}) up`);
     return channel;
   }
+}
+
+/**
+ * Viability, step 2 (see the file comment), over `b`'s setup messages: reads the peer's probe word
+ * (`info`, from its advert) and trades verdicts with the peer, so that both sides agree. A refusal on
+ * either side is `ok: false` with the reason; a peer that sends no verdict within b.timeoutMs throws.
+ */
+export async function exchangeCmaVerdicts(
+  b: ChannelBootstrap,
+  inbox: Inbox,
+  info: SetupValue | undefined,
+): Promise<{ ok: true; pid: number } | { ok: false; why: string }> {
+  const native = nativeChannels()!;
+  const p = isRecord(info ?? null) ? (info as { pid?: unknown; address?: unknown; value?: unknown }) : {};
+  let verdict: { ok: boolean; reason: string };
+  if (typeof p.pid !== "number" || typeof p.address !== "number" || typeof p.value !== "number") {
+    verdict = { ok: false, reason: `${b.peerName} sent no cma probe word` };
+  } else {
+    const c = native.cmaCheck(p.pid, p.address, p.value);
+    verdict = { ok: c.viable, reason: c.reason ?? "" };
+  }
+  // Both sides must be able to read each other's memory: exchange the verdicts.
+  await b.send({ ok: verdict.ok, reason: verdict.reason });
+  const theirs = await inbox.next(
+    b.timeoutMs,
+    () => new ChannelNotViableError(`cma channel: ${b.peerName} sent no verdict within ${b.timeoutMs} ms`),
+  );
+  const their = isRecord(theirs) ? theirs : {};
+  if (!verdict.ok) return { ok: false, why: `reading ${b.peerName}'s memory failed: ${verdict.reason}` };
+  if (their.ok !== true)
+    return { ok: false, why: `${b.peerName} cannot read our memory: ${String(their.reason ?? "")}` };
+  return { ok: true, pid: p.pid as number };
 }
 
 export const cmaChannelContext = new CmaChannelContext();

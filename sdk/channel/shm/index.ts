@@ -19,11 +19,19 @@
  * receiver's shared memory, which the receiving pipe takes as the received buffer.
  * The design (offers, budget TPRPC_SHM_LANDING_BYTES, taking idle blocks back) is
  * described once, in native/src/channels/shm/landing.h.
+ * Direct reads: larger buffers (from TPRPC_SHM_CMA_BYTES, default 64 MiB + 1; 0: never) go as the
+ * cma channel sends them (../cma: the receiver reads the sender's memory with process_vm_readv, on
+ * two or more threads, and acks), where both sides may: each advertises its cma probe word, and
+ * createChannel trades verdicts after the socket is up. One copy instead of the ring's two, and
+ * none on the sender: 400 MB round trips 127-130 ms against the ring's 191-200 on a machine whose
+ * memcpy moves 5.3 GB/s (docs/architecture.md, "shm under load"). Elsewhere (Yama ptrace_scope 1,
+ * a seccomp profile) those buffers go through the ring.
  *
  * Domain: same boot id, network namespace (abstract sockets live there) and
  * pid namespace (the pid check), and the same SHM_PROTOCOL. Priority: CHANNEL_PRIORITY.shm for cpu-cpu.
  */
 import { ChannelNotViableError } from "../../errors/index.js";
+import { CmaChannel, cmaChannelContext, exchangeCmaVerdicts } from "../cma/index.js";
 import { nativeChannels, type NativeShmChannel } from "../../native/channels.js";
 import { debug } from "../../util/index.js";
 import { registerChannel } from "../index.js";
@@ -35,16 +43,24 @@ import {
   type ChannelContext,
   type HostIdentity,
 } from "../interface.js";
-import { channelError, Inbox, pipeClosedError, INLINE_MAX, sameHostDomain } from "../native_common.js";
+import { channelError, DIRECT, Inbox, pipeClosedError, INLINE_MAX, sameHostDomain } from "../native_common.js";
 import { TaggedChannel } from "./tagged_channel.js";
 
 /**
  * Revision of what the two sides say over the channel's socket and in descriptors: 2 added landing
  * blocks (kMsgOffer/kMsgFree, LANDED) and shared storages (kMsgShare, SHARED); 3 added taking idle
  * landing blocks back (kMsgRevoke/kMsgRevoked); 4 frees landing blocks through the ring header's queue
- * (native/src/channels/shm/ring.h, FreeQueue) instead of kMsgFree.
+ * (native/src/channels/shm/ring.h, FreeQueue) instead of kMsgFree; 5 added direct reads (a cma verdict
+ * exchange at setup where both adverts carry a probe word, and DIRECT descriptors).
  */
-export const SHM_PROTOCOL = 4;
+export const SHM_PROTOCOL = 5;
+
+/** Smallest buffer sent by direct read (TPRPC_SHM_CMA_BYTES; default just above the landing range; 0: never). */
+function directMin(): number {
+  const v = process.env.TPRPC_SHM_CMA_BYTES;
+  const n = v === undefined || v === "" ? 64 * 2 ** 20 + 1 : Number(v);
+  return Number.isFinite(n) && n > 0 ? Math.max(n, INLINE_MAX + 1) : Infinity;
+}
 
 export class ShmChannelContext implements ChannelContext {
   readonly name = "shm";
@@ -62,7 +78,9 @@ export class ShmChannelContext implements ChannelContext {
   advertise(host: HostIdentity): ChannelAdvert | null {
     // NB: the protocol revision is part of the domain, so workers of different revisions pick another channel
     const domain = `${sameHostDomain(host, ["net", "pid"])}/shm-protocol-${SHM_PROTOCOL}`;
-    return { name: this.name, priorities: { "cpu-cpu": CHANNEL_PRIORITY.shm }, domain };
+    // NB: the cma probe word, where direct reads are on and cma is viable here (createChannel trades verdicts)
+    const info = directMin() === Infinity ? undefined : cmaChannelContext.probeInfo();
+    return { name: this.name, priorities: { "cpu-cpu": CHANNEL_PRIORITY.shm }, domain, ...(info ? { info } : {}) };
   }
 
   async createChannel(b: ChannelBootstrap): Promise<Channel> {
@@ -94,14 +112,30 @@ export class ShmChannelContext implements ChannelContext {
         throw setupError(b, e);
       });
     }
+    // Direct reads: both adverts carry a probe word (both sides see the same two adverts, so both trade verdicts)
+    let large: { channel: CmaChannel; min: number } | undefined;
+    const ours = directMin() === Infinity ? undefined : cmaChannelContext.probeInfo();
+    if (ours !== undefined && b.remoteAdvert.info !== undefined) {
+      const v = await exchangeCmaVerdicts(b, inbox, b.remoteAdvert.info).catch((e: unknown) => {
+        conn.close();
+        throw setupError(b, e);
+      });
+      if (v.ok) large = { channel: new CmaChannel(b, v.pid, inbox, DIRECT), min: directMin() };
+      else debug(1, "channel", `shm channel to ${b.peerName}: no direct reads (${v.why}); large buffers use the ring`);
+    }
     const channel = new TaggedChannel(
       "shm",
       conn,
       b.peerName,
       "moves host memory only; a cuda buffer needs cuda_ipc or ucx",
+      large,
     );
     b.onClose((error) => channel.close(error ? pipeClosedError("shm", b.peerName, error) : undefined));
-    debug(2, "channel", `shm channel to ${b.peerName} (pid ${peerPid}) up, rings of ${conn.ringBytes} bytes`);
+    debug(
+      2,
+      "channel",
+      `shm channel to ${b.peerName} (pid ${peerPid}) up, rings of ${conn.ringBytes} bytes, direct reads ${large ? `from ${large.min} bytes` : "off"}`,
+    );
     return channel;
   }
 }

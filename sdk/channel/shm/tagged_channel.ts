@@ -21,6 +21,10 @@
  * frozen and sealed, with no copy at all; the descriptor names the transfer (SHARED) and the
  * receiver maps it copy-on-write (adoptBuffer), so neither side sees the other's later writes.
  * A buffer its process wrote to since the file was frozen is landed or sent as above.
+ * Direct reads (shm only, where both sides may read each other's memory; ./index.ts): a buffer of at
+ * least `large.min` bytes that is not in a shared storage goes through `large.channel`, a cma channel
+ * (../cma): the receiver copies it out of the sender's memory, one copy instead of the ring's two, and
+ * its descriptors carry DIRECT.
  */
 import { ChannelNotViableError } from "../../errors/index.js";
 import type { ShmLandingStats } from "../../native/channels.js";
@@ -30,6 +34,7 @@ import { type DeviceRef, reusableBuffers } from "../interface.js";
 import {
   channelError,
   closedError,
+  DIRECT,
   INLINE_MAX,
   inlineDescriptor,
   LANDED,
@@ -119,7 +124,12 @@ export class TaggedChannel implements Channel {
     private readonly peer: string,
     /** Why a cuda buffer cannot go this way (the error says it). */
     private readonly hostOnly: string,
+    /** Direct reads (see the file comment): the channel for buffers of at least `min` bytes. */
+    private readonly large?: { readonly channel: Channel; readonly min: number },
   ) {}
+
+  /** Buffers sent by direct reads so far (tests, debugging). */
+  directSends = 0;
 
   send(buffer: ChannelBuffer): ChannelSend {
     if (buffer.kind !== "cpu") {
@@ -135,6 +145,10 @@ export class TaggedChannel implements Channel {
           descriptor: encodeLanded(id, buffer.bytes.byteLength, SHARED),
           done: this.pending.finished(),
         };
+    }
+    if (this.large && buffer.bytes.byteLength >= this.large.min && !this.isClosed) {
+      this.directSends++;
+      return this.large.channel.send(buffer);
     }
     if (this.conn.land && buffer.bytes.byteLength >= LAND_MIN && !this.isClosed) {
       const block = this.conn.land(buffer.bytes);
@@ -172,6 +186,13 @@ export class TaggedChannel implements Channel {
     if (into.kind !== "cpu")
       return Promise.reject(new ChannelNotViableError(`${this.name} channel: receives into host memory only`));
     let d: { id: number; length: number };
+    if (descriptor.byteLength > 0 && descriptor[0] === DIRECT) {
+      if (!this.large)
+        return Promise.reject(
+          new ChannelNotViableError(`${this.name} channel: a direct transfer, but this channel has no direct reads`),
+        );
+      return this.large.channel.recv(descriptor, into);
+    }
     try {
       if (takeInline(this.name, descriptor, into.bytes)) return this.pending.finished();
       for (const [kind, take] of [
@@ -211,6 +232,7 @@ export class TaggedChannel implements Channel {
     if (this.isClosed) return;
     this.isClosed = true;
     this.pending.failAll(error ?? closedError(this.name, this.peer));
+    this.large?.channel.close(error ?? closedError(this.name, this.peer));
     this.conn.close();
     debug(2, "channel", `${this.name} channel to ${this.peer} closed`);
   }
