@@ -6,7 +6,10 @@
  * 1. defaults: 70 MB goes by direct read and comes back intact; 64 MiB exactly still lands;
  * 2. TPRPC_SHM_CMA_BYTES moves the threshold (2 MB goes direct from 1 MB);
  * 3. a peer that offers no direct reads (TPRPC_SHM_CMA_BYTES=0 there only): no verdicts are traded,
- *    large buffers cross the rings, and a DIRECT descriptor is refused with ChannelNotViableError.
+ *    large buffers cross the rings, and a DIRECT descriptor is refused with ChannelNotViableError;
+ * 4. a peer that cannot read our memory (our advert names a probe value our memory does not hold): the
+ *    verdicts are traded, the channel opens on both sides without direct reads, and large buffers cross
+ *    the rings.
  * Skipped where cma is not viable here (Yama ptrace_scope above 0, a seccomp profile): then the shm
  * channel never offers direct reads, which the other shm suites cover.
  */
@@ -15,6 +18,7 @@ import { cmaChannelContext } from "../../sdk/channel/cma/index.js";
 import { DIRECT } from "../../sdk/channel/native_common.js";
 import { shmChannelContext } from "../../sdk/channel/shm/index.js";
 import type { TaggedChannel } from "../../sdk/channel/shm/tagged_channel.js";
+import type { ChannelAdvert, ChannelContext } from "../../sdk/channel/interface.js";
 import { ChannelNotViableError } from "../../sdk/errors/index.js";
 import { ChannelPeer, pattern } from "../native/channel_peer.js";
 import { nativeOrSkip } from "../native/helpers.js";
@@ -77,6 +81,31 @@ describe.skipIf(notViable !== null)("shm direct reads, a peer that offers none",
     );
     expect(err).toBeInstanceOf(ChannelNotViableError);
     expect(String((err as Error).message)).toMatch(/no direct reads/);
+    expect(peer.childErrors).toEqual([]);
+  }, 60_000);
+});
+
+describe.skipIf(notViable !== null)("shm direct reads, a peer that cannot read our memory", () => {
+  let peer: ChannelPeer;
+  beforeAll(async () => {
+    // NB: our advert's probe value is off by one, so the child's read of our probe word disagrees
+    const lying = Object.create(shmChannelContext, {
+      advertise: {
+        value: (...args: Parameters<typeof shmChannelContext.advertise>): ChannelAdvert | null => {
+          const a = shmChannelContext.advertise(...args)!;
+          const info = a.info as { pid: number; address: number; value: number };
+          return { ...a, info: { ...info, value: info.value + 1 } };
+        },
+      },
+    }) as ChannelContext;
+    peer = await ChannelPeer.start(lying, {});
+  }, 30_000);
+  afterAll(async () => {
+    await peer?.kill();
+  });
+
+  it("both sides open without direct reads and large buffers cross the rings", async () => {
+    expect(await echo(peer, pattern(70_000_001, 6))).toEqual({ direct: 0, intact: true });
     expect(peer.childErrors).toEqual([]);
   }, 60_000);
 });

@@ -114,6 +114,8 @@ export class CmaChannel implements Channel {
     }
     if (buffer.bytes.byteLength <= INLINE_MAX)
       return { descriptor: inlineDescriptor(buffer.bytes), done: this.pending.finished() };
+    // NB: no ack can come any more (close cleared the table): nothing to hold the buffer for
+    if (this.isClosed) return { descriptor: new Uint8Array(0), done: this.pending.finished() };
     const id = this.nextId++;
     const n = buffer.bytes.byteLength;
     // NB: addressOf moves a small on-heap typed array's bytes off the V8 heap first, so the address stays valid.
@@ -144,6 +146,7 @@ export class CmaChannel implements Channel {
           `cma channel: transfer ${d.id} has ${d.length} bytes but the destination has ${into.bytes.byteLength}`,
         ),
       );
+    if (this.isClosed) return this.pending.finished();
     const read = nativeChannels()!.cmaRead(this.peerPid, d.address, into.bytes);
     // The sender may reuse its buffer once we are done reading, whether the read worked or not.
     void read.then(

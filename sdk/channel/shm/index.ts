@@ -30,7 +30,7 @@
  * Domain: same boot id, network namespace (abstract sockets live there) and
  * pid namespace (the pid check), and the same SHM_PROTOCOL. Priority: CHANNEL_PRIORITY.shm for cpu-cpu.
  */
-import { ChannelNotViableError } from "../../errors/index.js";
+import { ChannelNotViableError, WorkerUnavailableError } from "../../errors/index.js";
 import { CmaChannel, cmaChannelContext, exchangeCmaVerdicts } from "../cma/index.js";
 import { nativeChannels, type NativeShmChannel } from "../../native/channels.js";
 import { debug } from "../../util/index.js";
@@ -112,13 +112,14 @@ export class ShmChannelContext implements ChannelContext {
         throw setupError(b, e);
       });
     }
-    // Direct reads: both adverts carry a probe word (both sides see the same two adverts, so both trade verdicts)
+    // Direct reads: both adverts carry a probe word. NB: our advert as the peer got it, not as advertise()
+    // would make it now, so that both sides see the same two adverts and both trade verdicts or neither does
     let large: { channel: CmaChannel; min: number } | undefined;
-    const ours = directMin() === Infinity ? undefined : cmaChannelContext.probeInfo();
+    const ours = b.local.channels.find((c) => c.name === this.name)?.info;
     if (ours !== undefined && b.remoteAdvert.info !== undefined) {
       const v = await exchangeCmaVerdicts(b, inbox, b.remoteAdvert.info).catch((e: unknown) => {
         conn.close();
-        throw setupError(b, e);
+        throw e instanceof WorkerUnavailableError ? e : setupError(b, e);
       });
       if (v.ok) large = { channel: new CmaChannel(b, v.pid, inbox, DIRECT), min: directMin() };
       else debug(1, "channel", `shm channel to ${b.peerName}: no direct reads (${v.why}); large buffers use the ring`);

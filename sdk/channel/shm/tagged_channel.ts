@@ -146,7 +146,7 @@ export class TaggedChannel implements Channel {
           done: this.pending.finished(),
         };
     }
-    if (this.large && buffer.bytes.byteLength >= this.large.min && !this.isClosed) {
+    if (this.large && buffer.bytes.byteLength >= this.large.min && !this.isClosed && !this.large.channel.closed) {
       this.directSends++;
       return this.large.channel.send(buffer);
     }
