@@ -7,7 +7,8 @@
  * 2. TPRPC_SHM_CMA_BYTES moves the threshold (2 MB goes direct from 1 MB);
  * 3. a peer that offers no direct reads (TPRPC_SHM_CMA_BYTES=0 there only): no verdicts are traded,
  *    large buffers cross the rings, and a DIRECT descriptor is refused with ChannelNotViableError;
- * 4. a peer that cannot read our memory (our advert names a probe value our memory does not hold): the
+ * 4. a sender killed while we read its buffer: the read fails with WorkerUnavailableError;
+ * 5. a peer that cannot read our memory (our advert names a probe value our memory does not hold): the
  *    verdicts are traded, the channel opens on both sides without direct reads, and large buffers cross
  *    the rings.
  * Skipped where cma is not viable here (Yama ptrace_scope above 0, a seccomp profile): then the shm
@@ -19,7 +20,7 @@ import { DIRECT } from "../../sdk/channel/native_common.js";
 import { shmChannelContext } from "../../sdk/channel/shm/index.js";
 import type { TaggedChannel } from "../../sdk/channel/shm/tagged_channel.js";
 import type { ChannelAdvert, ChannelContext } from "../../sdk/channel/interface.js";
-import { ChannelNotViableError } from "../../sdk/errors/index.js";
+import { ChannelNotViableError, WorkerUnavailableError } from "../../sdk/errors/index.js";
 import { ChannelPeer, pattern } from "../native/channel_peer.js";
 import { nativeOrSkip } from "../native/helpers.js";
 import { sameBytes, useShmPeer } from "./helpers.js";
@@ -107,5 +108,31 @@ describe.skipIf(notViable !== null)("shm direct reads, a peer that cannot read o
   it("both sides open without direct reads and large buffers cross the rings", async () => {
     expect(await echo(peer, pattern(70_000_001, 6))).toEqual({ direct: 0, intact: true });
     expect(peer.childErrors).toEqual([]);
+  }, 60_000);
+});
+
+describe.skipIf(notViable !== null)("shm direct reads, a sender that dies", () => {
+  let peer: ChannelPeer;
+  beforeAll(async () => {
+    peer = await ChannelPeer.start(shmChannelContext, {});
+  }, 30_000);
+  afterAll(async () => {
+    await peer?.kill();
+  });
+
+  it("a read of a killed sender's buffer fails with WorkerUnavailableError", async () => {
+    const n = 256 * 2 ** 20;
+    const { d } = await peer.askSend(n, 7);
+    expect(d[0]).toBe(DIRECT);
+    // NB: killed just after the read starts (a 256 MiB read takes tens of ms): the syscall meets the
+    // process dying or gone, or the pipe's close comes first; each must be the same typed error
+    const read = peer.channel.recv(d, { kind: "cpu", bytes: new Uint8Array(n) }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    await new Promise((r) => setTimeout(r, 2));
+    await peer.kill();
+    const err = await read;
+    expect(err).toBeInstanceOf(WorkerUnavailableError);
   }, 60_000);
 });

@@ -177,6 +177,9 @@ export class ChannelPeer {
       env: { ...process.env, ...env },
     });
     this.exited = new Promise((res) => this.proc.on("exit", () => res()));
+    // NB: a write after the child died (a test killed it) fails with EPIPE here; the death itself is
+    // seen through stdout's end (closeListener) and "exit", and bootstrap.send rejects from then on
+    this.proc.stdin!.on("error", () => undefined);
     readline.createInterface({ input: this.proc.stdout! }).on("line", (text) => {
       // NB: libraries in the child (UCX) may print their own lines on stdout; ours are JSON objects.
       if (text.startsWith("{")) this.onLine(dec(JSON.parse(text) as Json) as Line);
@@ -220,7 +223,11 @@ export class ChannelPeer {
       secret: "s",
       host: opts.host ?? "127.0.0.1",
       timeoutMs,
-      send: async (msg) => peer.write({ t: "boot", msg }),
+      send: async (msg) => {
+        // NB: as a pipe's bootstrap: rejects once the peer is gone
+        if (peer.proc.exitCode !== null || peer.proc.signalCode !== null) throw new Error("the peer process exited");
+        peer.write({ t: "boot", msg });
+      },
       onMessage: (cb) => {
         peer.bootListener = cb;
         for (const m of peer.bootQueue.splice(0)) cb(m);
