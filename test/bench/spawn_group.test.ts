@@ -4,7 +4,7 @@
  */
 import fs from "node:fs";
 import { describe, expect, it } from "vitest";
-import { spawnInGroup } from "../../bench/spawn_group.js";
+import { groupMode, spawnInGroup } from "../../bench/spawn_group.js";
 
 const alive = (pid: number): boolean => {
   try {
@@ -15,7 +15,14 @@ const alive = (pid: number): boolean => {
   }
 };
 
-describe.skipIf(!fs.existsSync("/usr/bin/setsid"))("spawnInGroup", () => {
+/** pid, process group and session of a /proc/<pid>/stat line (the name in parentheses may hold spaces). */
+const ids = (stat: string): [number, number, number] => {
+  const pid = Number(stat.slice(0, stat.indexOf(" ")));
+  const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return [pid, Number(rest[2]), Number(rest[3])];
+};
+
+describe.skipIf(groupMode() === "none")("spawnInGroup", () => {
   it("kills the program's children too when it times out", async () => {
     // NB: the shell starts a child of its own (as torch_rpc.py starts rank 1), prints its pid, then waits
     const r = spawnInGroup("/bin/sh", ["-c", "sleep 60 & echo $!; wait"], 1_500);
@@ -32,5 +39,23 @@ describe.skipIf(!fs.existsSync("/usr/bin/setsid"))("spawnInGroup", () => {
     expect(r.timedOut).toBe(false);
     expect(r.status).toBe(3);
     expect(r.stdout).toBe("hi\n");
+  });
+
+  it.skipIf(groupMode() !== "pgid")("leads a process group of its own in this session, not a new session", () => {
+    // NB: a new session would be a scheduling autogroup of its own (see bench/spawn_group.ts)
+    const r = spawnInGroup("/bin/sh", ["-c", "cat /proc/$$/stat"], 10_000);
+    expect(r.status).toBe(0);
+    const [pid, pgrp, session] = ids(r.stdout);
+    const [, ourPgrp, ourSession] = ids(fs.readFileSync("/proc/self/stat", "utf8"));
+    expect(pid).toBe(r.pid);
+    expect(pgrp).toBe(pid);
+    expect(pgrp).not.toBe(ourPgrp);
+    expect(session).toBe(ourSession);
+  });
+
+  it("says why when the program cannot be started", () => {
+    const r = spawnInGroup("/nonexistent/tprpc-no-such-program", [], 10_000);
+    expect(r.timedOut).toBe(false);
+    expect(r.error !== undefined || (r.status !== 0 && /No such file/.test(r.stderr))).toBe(true);
   });
 });
