@@ -27,6 +27,8 @@
  * min(20, N) is printed as each side's cold figure), --rounds N, --pushes N (A3C
  * pushes per actor: 200, 30 with --quick), --a3c-warmup N (A3C warm-up pushes per actor before the timed
  * ones: 1,000, 100 with --quick), --micro K, --threads T, --no-torch,
+ * --gpt-rounds N (the pipelined GPT, its unsplit run and its PyTorch twin N times in turn, each round's
+ * ratios and their medians printed: the machine's speed can move between one column and the next),
  * --load N (N busy processes beside both sides, bench/load.ts), --gpt-only (only tprpc's pipelined GPT,
  * one line: a quick loop for hunting hangs in it, as issue 23's), --timeline (every call of the profiled
  * pipelined step on one time axis, all three processes), --cpu-prof DIR (the two workers run under
@@ -479,6 +481,10 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   // steps/s after 5 warm-up pushes, 13.0k after 300, 16.9k after 1,000) where PyTorch's was flat (12.4k,
   // 12.3k, 11.7k): both sides warm up alike, and both cold rates are printed too
   const a3cWarmup = num("--a3c-warmup", quick ? 100 : 1000);
+  // NB: this machine's speed moves in phases of seconds (host neighbours): --gpt-rounds N runs the three
+  // GPT columns N times, one after another, and prints every round's ratios and their medians
+  const gptPairs = Math.max(1, Math.floor(num("--gpt-rounds", 1)));
+  const gptRuns: { ours: number; alone: number; torch: number | null }[] = [];
   let a3c: Awaited<ReturnType<typeof tprpcA3c>>;
   let torchA3c: ReturnType<typeof torchTwin>;
   try {
@@ -508,6 +514,18 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
     torch = noTorch
       ? "skipped (--no-torch)"
       : torchTwin("torch_gpt_pipeline.py", gptArgs, /pipeline gpt: ([\d.]+) ms\/step/, bound);
+    gptRuns.push({ ours: ours.ms, alone, torch: typeof torch === "string" ? null : torch.value });
+    for (let i = 1; i < gptPairs; i++) {
+      process.stderr.write(
+        `[bench --e2e] pipelined GPT, round ${i + 1} of ${gptPairs}: tprpc, unsplit, PyTorch RPC ...\n`,
+      );
+      const again = await tprpcPipeline(o);
+      const aloneAgain = unsplit(o);
+      const t = noTorch
+        ? "skipped"
+        : torchTwin("torch_gpt_pipeline.py", gptArgs, /pipeline gpt: ([\d.]+) ms\/step/, bound);
+      gptRuns.push({ ours: again.ms, alone: aloneAgain, torch: typeof t === "string" ? null : t.value });
+    }
     process.stderr.write("[bench --e2e] FedAvg: tprpc ...\n");
     fedavg = await tprpcFedAvg(rounds, o.threads);
     process.stderr.write("[bench --e2e] FedAvg: PyTorch RPC ...\n");
@@ -550,6 +568,15 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   out.push(
     `  ratios (tokens/s, > 1: tprpc faster): vs PyTorch RPC ${typeof torch === "string" ? "-" : (torch.value / ours.ms).toFixed(2) + "x"}, vs unsplit ${(alone / ours.ms).toFixed(2)}x; cold vs PyTorch RPC ${Number.isFinite(torchColdMs / ours.coldMs) ? (torchColdMs / ours.coldMs).toFixed(2) + "x" : "-"}`,
   );
+  if (gptRuns.length > 1) {
+    const list = (xs: number[]): string =>
+      `${xs.map((x) => x.toFixed(2) + "x").join(", ")} (median ${median(xs).toFixed(2)}x)`;
+    const vsTorch = gptRuns.filter((r) => r.torch !== null).map((r) => r.torch! / r.ours);
+    out.push(
+      `  ${gptRuns.length} rounds of the three, one after another: tprpc ${gptRuns.map((r) => r.ours.toFixed(1)).join(", ")} ms/step; ` +
+        `vs PyTorch RPC ${vsTorch.length ? list(vsTorch) : "-"}; vs unsplit ${list(gptRuns.map((r) => r.alone / r.ours))}`,
+    );
+  }
   out.push("");
   const bd = ours.breakdown;
   out.push(`${cpuLine(bd)}; unsplit's whole step ${alone.toFixed(1)} ms`);
