@@ -214,8 +214,12 @@ export class Agent implements RRefHost {
     const r = new RRef<T>(undefined as T, { host: this, rrefId, owner, fork, confirmed: false });
     this.rrefs.userCreated(r as RRef<unknown>);
     this.request(owner, MessageType.REMOTE_CALL, target, args, { rrefId, fork }, opts.timeoutMs).then(
-      () => r.confirm(),
+      () => {
+        this.rrefs.creationSettled();
+        r.confirm();
+      },
       (e: Error) => {
+        this.rrefs.creationSettled();
         debug(1, "rpc", `remote() to ${owner} failed: ${e.message}`);
         r.fail(
           e instanceof RpcTimeoutError

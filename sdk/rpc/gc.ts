@@ -63,6 +63,11 @@ export function collectGarbage(): boolean {
   return true;
 }
 
+/** Whether collectGarbage can run a collection at all (V8's gc() could be had). */
+export function canCollectGarbage(): boolean {
+  return gcFunction() !== null;
+}
+
 /** How many collections collectGarbage has started in this process. */
 export function requestedCollections(): number {
   return collections;

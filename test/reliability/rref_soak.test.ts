@@ -91,4 +91,32 @@ describe(`RRef soak: ${RREFS} RRefs made and dropped by the master`, () => {
     },
     WATCH_MS + 60_000,
   );
+
+  it("are released too when the owner replies only after the master went quiet", async () => {
+    // NB: a remote() RRef is held by its pending call until the owner replies; here every reply comes
+    // 2.5 s after the call, after the master's 1 s quiet period, so a collection at that point alone
+    // would leave all of them owned (the CI failure this guards: 1,156 of 10,000 left for 11 s)
+    const SLOW = 300;
+    const owned = () => rpc.rpcSync<number>("worker1", () => tprpc.rpc.ownedRRefCount());
+    const base = await owned();
+    const slowMake = async (i: number): Promise<number> => {
+      await new Promise((r) => setTimeout(r, 2_500));
+      return i;
+    };
+    for (let i = 0; i < SLOW; i++) rpc.remote("worker1", slowMake, [i]);
+    const t0 = performance.now();
+    let now = await owned();
+    expect(now - base).toBe(SLOW);
+    // NB: 7 s: the replies at 2.5 s, a collection once they are in, the deletions; V8 alone did not
+    // collect an idle master within 11 s in that CI run
+    while (now !== base && since(t0) < 7_000) {
+      await sleep(250);
+      now = await owned();
+    }
+    report(
+      "rref_soak",
+      `${SLOW} slow remote() RRefs: ${now - base} still owned ${(since(t0) / 1000).toFixed(1)} s after`,
+    );
+    expect(now - base).toBe(0);
+  }, 30_000);
 });
