@@ -483,7 +483,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   const a3cWarmup = num("--a3c-warmup", quick ? 100 : 1000);
   // NB: this machine's speed moves in phases of seconds (host neighbours): --gpt-rounds N runs the three
   // GPT columns N times, one after another, and prints every round's ratios and their medians
-  const gptPairs = Math.max(1, Math.floor(num("--gpt-rounds", 1)));
+  const gptRounds = Math.max(1, Math.floor(num("--gpt-rounds", 1)));
   const gptRuns: { ours: number; alone: number; torch: number | null }[] = [];
   let a3c: Awaited<ReturnType<typeof tprpcA3c>>;
   let torchA3c: ReturnType<typeof torchTwin>;
@@ -511,19 +511,19 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
       "--threads",
       `${o.threads}`,
     ];
-    torch = noTorch
-      ? "skipped (--no-torch)"
-      : torchTwin("torch_gpt_pipeline.py", gptArgs, /pipeline gpt: ([\d.]+) ms\/step/, bound);
+    const torchGpt = (): ReturnType<typeof torchTwin> =>
+      noTorch
+        ? "skipped (--no-torch)"
+        : torchTwin("torch_gpt_pipeline.py", gptArgs, /pipeline gpt: ([\d.]+) ms\/step/, bound);
+    torch = torchGpt();
     gptRuns.push({ ours: ours.ms, alone, torch: typeof torch === "string" ? null : torch.value });
-    for (let i = 1; i < gptPairs; i++) {
+    for (let i = 1; i < gptRounds; i++) {
       process.stderr.write(
-        `[bench --e2e] pipelined GPT, round ${i + 1} of ${gptPairs}: tprpc, unsplit, PyTorch RPC ...\n`,
+        `[bench --e2e] pipelined GPT, round ${i + 1} of ${gptRounds}: tprpc, unsplit, PyTorch RPC ...\n`,
       );
       const again = await tprpcPipeline(o);
       const aloneAgain = unsplit(o);
-      const t = noTorch
-        ? "skipped"
-        : torchTwin("torch_gpt_pipeline.py", gptArgs, /pipeline gpt: ([\d.]+) ms\/step/, bound);
+      const t = torchGpt();
       gptRuns.push({ ours: again.ms, alone: aloneAgain, torch: typeof t === "string" ? null : t.value });
     }
     process.stderr.write("[bench --e2e] FedAvg: tprpc ...\n");
