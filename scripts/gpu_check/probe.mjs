@@ -4,6 +4,8 @@
 //         the wait in loss.item()), as is and with a full GC + one event-loop turn between steps;
 //         the caching allocator's cuMemAlloc count (num_device_alloc) over the timed steps.
 //   add:  a + b on 64 Mi floats, as is and with the output freed between calls.
+//   recipe: the CUDA-RPC recipe's pass in phases (forward RPC, distributed backward, context
+//         exit), and bare RPC round trips (empty, 4 MB on the CPU, 4 MB on cuda:0 via the device map).
 //   prof: 30 GPT steps with a GC between them, meant to run under node --cpu-prof.
 import fs from "node:fs";
 import path from "node:path";
@@ -119,6 +121,66 @@ if (what === "gpt") {
   tprpc.cuda.synchronize(0);
   const ms = (now() - t0) / 20;
   out.addInPlace = { ms: +ms.toFixed(4), GBs: +((3 * 4 * n) / (ms / 1e3) / 1e9).toFixed(1) };
+} else if (what === "recipe") {
+  // The CUDA-RPC recipe's pass (channels.mjs) cut in phases, and bare round trips beside it.
+  const { rpc, distAutograd } = tprpc;
+  globalThis.tprpc ??= tprpc;
+  const cluster = await rpc.startLocalWorkers({ workers: 1 });
+  const opts = new rpc.RpcBackendOptions({ ...cluster.initOptions, rpcTimeoutMs: 60_000 });
+  opts.setDeviceMap("worker1", { 0: 0 });
+  await rpc.initRpc("master", opts);
+  const lap = async (name, f, n = 20) => {
+    for (let i = 0; i < 3; i++) await f();
+    const ts = [];
+    for (let i = 0; i < n; i++) {
+      const t0 = now();
+      await f();
+      ts.push(now() - t0);
+    }
+    out[name] = +median(ts).toFixed(3);
+  };
+  const small = tprpc.ones([4]);
+  const g4 = tprpc.randn([1000, 1000]).to(DEV);
+  const c4 = tprpc.randn([1000, 1000]);
+  await lap("rttEmptyMs", () => rpc.rpcAsync("worker1", () => 1, []));
+  await lap("rttSmallCpuMs", () => rpc.rpcAsync("worker1", (t) => t, [small]));
+  await lap("rtt4MBCpuMs", () => rpc.rpcAsync("worker1", (t) => t, [c4]));
+  await lap("rtt4MBCudaMs", () => rpc.rpcAsync("worker1", (t) => t, [g4]));
+  await lap("rtt4MBCudaAddMs", () => rpc.rpcAsync("worker1", (t) => t.add(1), [g4]));
+  const Shard = class MyModule extends tprpc.nn.Module {
+    constructor(device) {
+      super();
+      this.linear = new tprpc.nn.Linear(1000, 1000).to(device);
+    }
+    forward(x) {
+      return this.linear.forward(x);
+    }
+  };
+  const lm = new Shard(DEV);
+  const rm = rpc.remote("worker1", Shard, [DEV]);
+  const phases = { fwd: [], bwd: [], exit: [], total: [] };
+  for (let i = 0; i < 23; i++) {
+    const t0 = now();
+    let t1 = 0;
+    let t2 = 0;
+    await distAutograd.context(async (ctx) => {
+      const y = await rm.rpcSync().forward(lm.forward(g4));
+      t1 = now();
+      await distAutograd.backward(ctx, [y.sum()]);
+      t2 = now();
+    });
+    tprpc.cuda.synchronize(0);
+    const t3 = now();
+    if (i >= 3) {
+      phases.fwd.push(t1 - t0);
+      phases.bwd.push(t2 - t1);
+      phases.exit.push(t3 - t2);
+      phases.total.push(t3 - t0);
+    }
+  }
+  for (const [k, v] of Object.entries(phases)) out[`recipe_${k}_ms`] = +median(v).toFixed(3);
+  await rpc.shutdown();
+  await cluster.close();
 } else if (what === "prof") {
   const m = gptModel();
   for (let i = 0; i < 3; i++) phased(m);
