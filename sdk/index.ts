@@ -15,7 +15,7 @@ import { registerBackend } from "./tensor/backend/registry.js";
 import { deviceBackendFor, provideDeviceBackend } from "./tensor/backend/devices.js";
 import { provideCudaStagingDriver } from "./channel/cuda_staging/index.js";
 import { nativeStagingDriver } from "./channel/cuda_staging/native_driver.js";
-import { CudaDeviceBackend } from "./tensor/backend/cuda/index.js";
+import { CudaDeviceBackend, checkingAfterSync } from "./tensor/backend/cuda/index.js";
 import { type EmulatedDeviceMemory, emulatedMemoryApi } from "./tensor/backend/cuda/emulated_memory.js";
 import { type CudaKernelApi, CudaKernelBackend } from "./tensor/backend/cuda/kernels.js";
 import { noteDeviceKernelsUnavailable, registerDeviceKernels } from "./tensor/backend/router.js";
@@ -65,15 +65,27 @@ provideDeviceBackend("cuda", () => {
     if (!n) return `TPRPC_CUDA=${mode} is not a mode: use emulate, or emulate:N for N devices (N from 1 to 8)`;
     const k = cudaKernels("emulate");
     if (typeof k === "string") return `TPRPC_CUDA=emulate, but the emulated device is not viable: ${k}`;
-    registerDeviceKernels("cuda", new CudaKernelBackend(k as unknown as CudaKernelApi));
-    return new CudaDeviceBackend(emulatedMemoryApi(k as unknown as EmulatedDeviceMemory), Number(n[1] ?? 1));
+    const kernels = new CudaKernelBackend(k as unknown as CudaKernelApi);
+    registerDeviceKernels("cuda", kernels);
+    const api = emulatedMemoryApi(k as unknown as EmulatedDeviceMemory);
+    return new CudaDeviceBackend(
+      checkingAfterSync(api, (d) => kernels.checkErrors(d)),
+      Number(n[1] ?? 1),
+    );
   }
   const driver = gpuLibrary("cuda");
   if (!driver.isViable()) return `no usable CUDA driver (${driver.reason()})`;
   const k = cudaKernels("device");
-  if (typeof k === "string") noteDeviceKernelsUnavailable("cuda", k);
-  else registerDeviceKernels("cuda", new CudaKernelBackend(k as unknown as CudaKernelApi));
-  return new CudaDeviceBackend(nativeGpu()!, cudaDevices().length);
+  if (typeof k === "string") {
+    noteDeviceKernelsUnavailable("cuda", k);
+    return new CudaDeviceBackend(nativeGpu()!, cudaDevices().length);
+  }
+  const kernels = new CudaKernelBackend(k as unknown as CudaKernelApi);
+  registerDeviceKernels("cuda", kernels);
+  return new CudaDeviceBackend(
+    checkingAfterSync(nativeGpu()!, (d) => kernels.checkErrors(d)),
+    cudaDevices().length,
+  );
 });
 
 // cuda_staging's device side: the CUDA device backend's memory calls (the driver's, or the emulated

@@ -98,8 +98,12 @@ function checkIndexTarget(
       throw new ShapeError(`Expected target size ${shapeStr(want)}, got ${shapeStr(target.shape)}`);
   }
   checkWeight(weight, C);
-  for (const t of target.toArray())
-    if (t !== ignoreIndex && (t < 0 || t >= C)) throw new IndexError(`Target ${t} is out of bounds.`);
+  // NB: a target on a GPU is checked there, by the gather that picks its class (nllParts): reading
+  // it back here would wait for the device every step. Its IndexError comes at the next
+  // synchronization, as PyTorch's device-side check does.
+  if (target.device.type === "cpu")
+    for (const t of target.toArray())
+      if (t !== ignoreIndex && (t < 0 || t >= C)) throw new IndexError(`Target ${t} is out of bounds.`);
   return classDim;
 }
 
@@ -119,7 +123,12 @@ function nllParts(
   classDim: number,
 ): NllParts {
   const valid = target.ne(ignoreIndex);
-  const safe = where(valid, target, 0);
+  // NB: off the CPU, a negative target (not ignoreIndex) goes to the gather as -C - 1, which its
+  // device-side check rejects; a plain negative index would pick a class from the end
+  const safe =
+    target.device.type === "cpu"
+      ? where(valid, target, 0)
+      : where(valid, where(target.lt(0), -logp.shape[classDim]! - 1, target), 0);
   const picked = logp.gather(classDim, safe.unsqueeze(classDim)).squeeze(classDim);
   const w = weight
     ? where(valid, weight.detach().to(logp.dtype).indexSelect(0, safe.flatten()).reshape(target.shape), 0)

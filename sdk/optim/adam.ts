@@ -49,8 +49,9 @@ export interface AdamDecay {
  * One Adam/AdamW step for `p` with gradient `grad` (p.grad): weight decay, then the update. The
  * state (step, expAvg, expAvgSq, maxExpAvgSq with amsgrad) starts at zero on first use, as torch's.
  *
- * 1. When p, grad and the state are contiguous float32/float64 CPU tensors of one dtype (the
- *    usual case), the backend's fused adamStep does it in one pass (one native loop).
+ * 1. When p, grad and the state are contiguous float32/float64 tensors of one dtype on one CPU or
+ *    CUDA device (the usual case), the backend's fused adamStep does it in one pass (one native
+ *    loop, or one kernel launch per parameter on CUDA).
  * 2. Otherwise the same arithmetic runs as a chain of tensor ops (adamUpdate). Both give the
  *    same numbers: each line of the fused kernel is one op of the chain, rounded the same way.
  */
@@ -68,7 +69,8 @@ export function adamStep(
   const bufs = [p, grad, expAvg, expAvgSq, ...(maxExpAvgSq ? [maxExpAvgSq] : [])];
   const fusable =
     (p.dtype === "float32" || p.dtype === "float64") &&
-    bufs.every((t) => t.dtype === p.dtype && t.device.type === "cpu" && t.isContiguous() && t.numel() === p.numel());
+    (p.device.type === "cpu" || p.device.type === "cuda") &&
+    bufs.every((t) => t.dtype === p.dtype && t.device.equals(p.device) && t.isContiguous() && t.numel() === p.numel());
   if (!fusable) {
     const g = decay.maximize ? grad.neg() : grad;
     if (decay.decoupled) p.mul_(1 - h.lr * decay.weightDecay);

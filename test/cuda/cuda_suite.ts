@@ -143,12 +143,56 @@ export function describeCudaSuite(title: string, mode: "emulate" | "device", rea
       expectNear(wide.cuda().argmax(1), wide.argmax(1), 0, 0);
     });
 
+    it("gives the same elementwise results on the float4 path (contiguous, aligned) as on the strided one", () => {
+      manualSeed(6);
+      const x = randn([1027]); // 1027 = 4 * 256 + 3: a tail of three after the float4 elements
+      const y = randn([1027]);
+      const [gx, gy] = [x.cuda(), y.cuda()];
+      expectNear(gx.add(gy), x.add(y));
+      expectNear(gx.div(gy), x.div(y));
+      // offset 1: the first element is not 16-byte aligned (strided kernel); offset 4: it is again
+      expectNear(gx.narrow(0, 1, 1025).mul(gy.narrow(0, 1, 1025)), x.narrow(0, 1, 1025).mul(y.narrow(0, 1, 1025)));
+      expectNear(gx.narrow(0, 4, 1021).sub(gy.narrow(0, 4, 1021)), x.narrow(0, 4, 1021).sub(y.narrow(0, 4, 1021)));
+      expectNear(gx.mul(2.5), x.mul(2.5)); // a broadcast scalar
+      expectNear(gx.add(gy.narrow(0, 5, 1)), x.add(y.narrow(0, 5, 1))); // a one-element tensor, unaligned
+      expectNear(gx.exp(), x.exp());
+      expectNear(gx.narrow(0, 2, 1021).tanh(), x.narrow(0, 2, 1021).tanh());
+      expectNear(gx.lt(gy), x.lt(y), 0, 0); // a bool result: not the float32 kernels
+      expectNear(gx.reshape([13, 79]).t().add(1), x.reshape([13, 79]).t().add(1)); // non-contiguous
+    });
+
     it("gives the CPU's typed errors", () => {
       const x = tensor([1, 2, 3], { dtype: "float32" });
       const idx = tensor([0, 5]);
       expect(() => x.indexSelect(0, idx)).toThrow(IndexError);
-      expect(() => x.cuda().indexSelect(0, idx.cuda())).toThrow(/index 5 is out of bounds for dimension 0 with size 3/);
-      expect(() => x.cuda().indexSelect(0, idx.cuda())).toThrow(IndexError);
+      // on the device, as in PyTorch, the op returns and the error comes at the next synchronization
+      const bad = x.cuda().indexSelect(0, idx.cuda());
+      expect(() => bad.cpu()).toThrow(/index 5 is out of bounds for dimension 0 with size 3/);
+      x.cuda().indexSelect(0, idx.cuda());
+      expect(() => cuda.synchronize()).toThrow(IndexError);
+      // the first bad index is the one reported, with its own dim and size
+      const m = x.cuda().reshape([1, 3]);
+      m.gather(1, tensor([[7]]).cuda());
+      x.cuda().indexSelect(0, idx.cuda());
+      expect(() => cuda.synchronize()).toThrow(/index 7 is out of bounds for dimension 1 with size 3/);
+      // a cross-entropy target off the class range: no host read-back, the gather's check reports it
+      const logits = randn([2, 4]).cuda();
+      const loss = nn.functional.crossEntropy(logits, tensor([1, 9]).cuda());
+      expect(() => loss.item()).toThrow(/index 9 is out of bounds for dimension 1 with size 4/);
+      const negative = nn.functional.crossEntropy(logits, tensor([-3, 1]).cuda());
+      expect(() => negative.item()).toThrow(IndexError);
+      expect(nn.functional.crossEntropy(logits, tensor([-100, 1]).cuda()).item()).toBeCloseTo(
+        nn.functional.crossEntropy(logits.cpu(), tensor([-100, 1])).item(),
+        5,
+      );
+      // launch blocking (CUDA_LAUNCH_BLOCKING=1 at load): the op itself throws
+      const k = cudaKernels(mode) as unknown as { setLaunchBlocking(on: boolean): void };
+      k.setLaunchBlocking(true);
+      try {
+        expect(() => x.cuda().indexSelect(0, idx.cuda())).toThrow(IndexError);
+      } finally {
+        k.setLaunchBlocking(false);
+      }
       // the error word is cleared: a good index works afterwards
       expect(
         x

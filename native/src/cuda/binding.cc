@@ -122,6 +122,8 @@ void AdamStep(const Napi::CallbackInfo& i, Dispatcher& d) {
 }
 
 void SetUseBlas(const Napi::CallbackInfo& i, Dispatcher& d) { d.set_use_blas(B(i, 0)); }
+void SetLaunchBlocking(const Napi::CallbackInfo& i, Dispatcher& d) { d.set_launch_blocking(B(i, 0)); }
+void CheckErrors(const Napi::CallbackInfo& i, Dispatcher& d) { d.CheckErrors(I(i, 0)); }
 
 // ---- the emulated device's memory (host memory; "device pointers" are host addresses) --------------
 std::mutex g_emu_mem_mutex;
@@ -228,6 +230,8 @@ Napi::Value Namespace(const Napi::CallbackInfo& info) {
   fn("layerNormBackward", Call<LayerNormBackward>);
   fn("adamStep", Call<AdamStep>);
   fn("setUseBlas", Call<SetUseBlas>);
+  fn("setLaunchBlocking", Call<SetLaunchBlocking>);
+  fn("checkErrors", Call<CheckErrors>);
   o.Set("mode", Napi::String::New(env, d->launcher().Mode()));
   if (emulate) {
     o.Set("memAlloc", Napi::Function::New(env, EmuAlloc, "memAlloc"));

@@ -128,11 +128,11 @@ class DriverLauncher : public Launcher {
 
   unsigned long long ErrorWord(int device) override { return Open(device).err; }
 
-  void TakeError(int device, long long out[2]) override {
+  void TakeError(int device, long long out[kErrorWords]) override {
     PerDevice& d = Open(device);
-    Check(api_->cuMemcpyDtoH(out, d.err, 2 * sizeof(long long)), "cuMemcpyDtoH (error word)");
+    Check(api_->cuMemcpyDtoH(out, d.err, kErrorWords * sizeof(long long)), "cuMemcpyDtoH (error word)");
     if (out[0] != 0) {
-      const long long zero[2] = {0, 0};
+      const long long zero[kErrorWords] = {0, 0, 0, 0};
       Check(api_->cuMemcpyHtoD(d.err, zero, sizeof zero), "cuMemcpyHtoD (error word)");
     }
   }
@@ -192,8 +192,8 @@ class DriverLauncher : public Launcher {
     Check(api_->cuCtxSetCurrent(d.ctx), "cuCtxSetCurrent");
     if (d.module == nullptr) {
       Check(api_->cuModuleLoadData(&d.module, kTprpcFatbin), "cuModuleLoadData (the addon's fatbin)");
-      Check(api_->cuMemAlloc(&d.err, 2 * sizeof(long long)), "cuMemAlloc (error word)");
-      const long long zero[2] = {0, 0};
+      Check(api_->cuMemAlloc(&d.err, kErrorWords * sizeof(long long)), "cuMemAlloc (error word)");
+      const long long zero[kErrorWords] = {0, 0, 0, 0};
       Check(api_->cuMemcpyHtoD(d.err, zero, sizeof zero), "cuMemcpyHtoD (error word)");
     }
     return d;

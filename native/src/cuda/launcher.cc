@@ -141,14 +141,15 @@ class EmulatedLauncher : public Launcher {
 
   unsigned long long ErrorWord(int) override { return reinterpret_cast<unsigned long long>(err_); }
 
-  void TakeError(int, long long out[2]) override {
-    out[0] = err_[0];
-    out[1] = err_[1];
-    err_[0] = err_[1] = 0;
+  void TakeError(int, long long out[kErrorWords]) override {
+    for (int i = 0; i < kErrorWords; ++i) {
+      out[i] = err_[i];
+      err_[i] = 0;
+    }
   }
 
  private:
-  long long err_[2] = {0, 0};
+  long long err_[kErrorWords] = {0, 0, 0, 0};
 };
 
 }  // namespace

@@ -16,6 +16,9 @@
 namespace tprpc {
 namespace cuda {
 
+// Words (int64) of the index error word: flag, index, dim, size.
+constexpr int kErrorWords = 4;
+
 // A kernel compiled for the host; constructed by TPRPC_KERNEL at static-initialization time.
 struct HostKernel {
   HostKernel(const char* name, void (*fn)(const void*), size_t param_size, bool sync);
@@ -40,7 +43,8 @@ struct GemmArgs {
 };
 
 // Index errors found by a kernel (an out-of-range index) are written to an error word on the
-// device: {1, bad index}; the dispatch code reads it back after the launch.
+// device: {1, bad index, dim, size} (the first one only); the dispatch code reads it back at the
+// next synchronization, or after the launch with CUDA_LAUNCH_BLOCKING=1.
 class Launcher {
  public:
   virtual ~Launcher() = default;
@@ -49,10 +53,10 @@ class Launcher {
   // Throws std::runtime_error with the driver's message on failure.
   virtual void Launch(int device, const char* name, unsigned grid, unsigned block, const void* params,
                       size_t size) = 0;
-  // Device address of the device's zeroed 2 x int64 error word.
+  // Device address of the device's zeroed kErrorWords x int64 error word.
   virtual unsigned long long ErrorWord(int device) = 0;
   // Reads the error word (after the launches that may set it) and zeroes it again.
-  virtual void TakeError(int device, long long out[2]) = 0;
+  virtual void TakeError(int device, long long out[kErrorWords]) = 0;
   // C (count x [m, n], row-major, contiguous) (+)= A @ B through a BLAS on the device; false when
   // this launcher has none (the dispatch code then launches tk_matmul). Layout as GemmArgs.
   virtual bool Gemm(int device, const GemmArgs& g) = 0;

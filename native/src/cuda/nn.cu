@@ -1,7 +1,8 @@
 // Layer norm (forward and backward), the index ops (indexSelect, gather,
 // scatterAdd) and the fused Adam/AdamW step. Index kernels check every index
-// and report a bad one through the launcher's error word ({1, index}); the
-// dispatch code turns it into an IndexError after the launch.
+// and report the first bad one through the launcher's error word ({1, index,
+// dim, size}); the dispatch code turns it into an IndexError at the next
+// synchronization (ops.h, "Index errors").
 #include "cuda/kcommon.cuh"
 #include "cuda/params.h"
 
@@ -12,12 +13,16 @@ using namespace tprpc::cuda;
 
 namespace {
 
-// A bad index: records it in the error word and returns false.
-__device__ __forceinline__ bool CheckIndex(unsigned long long err, long long& idx, long long size) {
+// A bad index: records it in the error word unless an earlier one is there, and returns false.
+__device__ __forceinline__ bool CheckIndex(unsigned long long err, long long& idx, long long dim, long long size) {
   if (idx < -size || idx >= size) {
-    long long* e = reinterpret_cast<long long*>(err);
-    e[1] = idx;
-    e[0] = 1;
+    unsigned long long* flag = reinterpret_cast<unsigned long long*>(err);
+    if (atomicCAS(flag, 0ULL, 1ULL) == 0ULL) {
+      long long* e = reinterpret_cast<long long*>(err);
+      e[1] = idx;
+      e[2] = dim;
+      e[3] = size;
+    }
     return false;
   }
   if (idx < 0) idx += size;
@@ -138,7 +143,7 @@ TPRPC_KERNEL(tk_index_select, IndexParams, false) {
   TPRPC_GRID_LOOP(i, p.n) {
     const long long j = (i / p.inner) % m;
     long long idx = Ld<long long>(p.index, Off(p.index, j));
-    if (!CheckIndex(p.err, idx, p.size)) continue;
+    if (!CheckIndex(p.err, idx, p.dim, p.size)) continue;
     // NB: out's coordinates are x's except along dim (Rebase with out's shape and x's strides).
     const long long off = Rebase(p.out, p.x, i, p.dim, idx);
     St<double>(p.out, p.out.offset + i, Ld<double>(p.x, off));
@@ -149,7 +154,7 @@ TPRPC_KERNEL(tk_index_select, IndexParams, false) {
 TPRPC_KERNEL(tk_gather, IndexParams, false) {
   TPRPC_GRID_LOOP(i, p.n) {
     long long idx = Ld<long long>(p.index, Off(p.index, i));
-    if (!CheckIndex(p.err, idx, p.size)) continue;
+    if (!CheckIndex(p.err, idx, p.dim, p.size)) continue;
     St<double>(p.out, p.out.offset + i, Ld<double>(p.x, Rebase(p.index, p.x, i, p.dim, idx)));
   }
 }
@@ -158,7 +163,7 @@ TPRPC_KERNEL(tk_gather, IndexParams, false) {
 TPRPC_KERNEL(tk_scatter_add, IndexParams, false) {
   TPRPC_GRID_LOOP(i, p.n) {
     long long idx = Ld<long long>(p.index, Off(p.index, i));
-    if (!CheckIndex(p.err, idx, p.size)) continue;
+    if (!CheckIndex(p.err, idx, p.dim, p.size)) continue;
     const long long dst = Rebase(p.index, p.x, i, p.dim, idx);
     const long long s = Rebase(p.index, p.src, i, -1, 0);
     if (p.x.dtype == kF32) {

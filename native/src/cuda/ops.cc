@@ -12,6 +12,7 @@
 #include "cuda/ops.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -119,9 +120,25 @@ const char* Suffix(int dtype) {
 
 bool IsFloatCode(int dtype) { return dtype == kF32 || dtype == kF64; }
 
+// True when v is contiguous and its first element 16-byte aligned: the float4 kernels can take it.
+bool Vec4(const View& v) {
+  return v.contig != 0 && ((v.ptr + static_cast<unsigned long long>(v.offset) * 4) % 16) == 0;
+}
+
+// True when every element of v is its first one (a scalar broadcast: strides 0 or sizes 1).
+bool OneElement(const View& v) {
+  for (int d = 0; d < v.ndim; ++d)
+    if (v.shape[d] != 1 && v.strides[d] != 0) return false;
+  return true;
+}
+
 }  // namespace
 
-Dispatcher::Dispatcher(std::unique_ptr<Launcher> launcher) : launcher_(std::move(launcher)) {}
+Dispatcher::Dispatcher(std::unique_ptr<Launcher> launcher) : launcher_(std::move(launcher)) {
+  // NB: the variable PyTorch users set to get CUDA errors at the op that caused them
+  const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING");
+  launch_blocking_ = blocking != nullptr && std::strcmp(blocking, "1") == 0;
+}
 
 template <typename P>
 void Dispatcher::Run(int device, const std::string& name, unsigned grid, unsigned block, const P& p) {
@@ -154,7 +171,12 @@ void Dispatcher::Unary(int device, int op, const View& x, const View& out, doubl
   p.s0 = s0;
   p.s1 = s1;
   p.n = Numel(out);
-  if (p.n > 0) Run(device, std::string("tk_unary_") + Suffix(x.dtype), GridFor(p.n), kThreads, p);
+  if (p.n == 0) return;
+  if (x.dtype == kF32 && out.dtype == kF32 && Vec4(x) && Vec4(out)) {
+    Run(device, "tk_unary_f32_vec", GridFor((p.n + 3) / 4), kThreads, p);
+    return;
+  }
+  Run(device, std::string("tk_unary_") + Suffix(x.dtype), GridFor(p.n), kThreads, p);
 }
 
 void Dispatcher::Binary(int device, int op, const View& a, const View& b, const View& out) {
@@ -164,7 +186,14 @@ void Dispatcher::Binary(int device, int op, const View& a, const View& b, const 
   p.out = out;
   p.op = op;
   p.n = Numel(out);
-  if (p.n > 0) Run(device, std::string("tk_binary_") + Suffix(a.dtype), GridFor(p.n), kThreads, p);
+  if (p.n == 0) return;
+  const bool b_scalar = b.dtype == kF32 && OneElement(b);
+  if (a.dtype == kF32 && out.dtype == kF32 && Vec4(a) && Vec4(out) && (b_scalar || (b.dtype == kF32 && Vec4(b)))) {
+    p.pad = b_scalar ? 1 : 0;
+    Run(device, "tk_binary_f32_vec", GridFor((p.n + 3) / 4), kThreads, p);
+    return;
+  }
+  Run(device, std::string("tk_binary_") + Suffix(a.dtype), GridFor(p.n), kThreads, p);
 }
 
 void Dispatcher::Where(int device, const View& c, const View& a, const View& b, const View& out) {
@@ -251,12 +280,20 @@ void Dispatcher::SoftmaxBackward(int device, const View& y, const View& g, int d
   if (p.nrows > 0 && p.size > 0) Run(device, "tk_softmax_backward", RowGrid(p.nrows), RowBlock(p.size), p);
 }
 
-void Dispatcher::CheckIndexError(int device, long long dim, long long size) {
-  long long e[2] = {0, 0};
+void Dispatcher::IndexLaunched(int device) {
+  if (index_pending_.size() <= static_cast<size_t>(device)) index_pending_.resize(device + 1, false);
+  index_pending_[device] = true;
+  if (launch_blocking_) CheckErrors(device);
+}
+
+void Dispatcher::CheckErrors(int device) {
+  if (device < 0 || index_pending_.size() <= static_cast<size_t>(device) || !index_pending_[device]) return;
+  index_pending_[device] = false;
+  long long e[kErrorWords] = {0, 0, 0, 0};
   launcher_->TakeError(device, e);
   if (e[0] != 0)
-    throw IndexOutOfRange("index " + std::to_string(e[1]) + " is out of bounds for dimension " + std::to_string(dim) +
-                          " with size " + std::to_string(size));
+    throw IndexOutOfRange("index " + std::to_string(e[1]) + " is out of bounds for dimension " + std::to_string(e[2]) +
+                          " with size " + std::to_string(e[3]));
 }
 
 void Dispatcher::IndexSelect(int device, const View& x0, int dim, const View& index, const View& out0) {
@@ -280,7 +317,7 @@ void Dispatcher::IndexSelect(int device, const View& x0, int dim, const View& in
   p.err = launcher_->ErrorWord(device);
   if (p.n == 0) return;
   Run(device, "tk_index_select", GridFor(p.n), kThreads, p);
-  CheckIndexError(device, dim, p.size);
+  IndexLaunched(device);
 }
 
 void Dispatcher::Gather(int device, const View& x, int dim, const View& index, const View& out) {
@@ -294,7 +331,7 @@ void Dispatcher::Gather(int device, const View& x, int dim, const View& index, c
   p.err = launcher_->ErrorWord(device);
   if (p.n == 0) return;
   Run(device, "tk_gather", GridFor(p.n), kThreads, p);
-  CheckIndexError(device, dim, p.size);
+  IndexLaunched(device);
 }
 
 void Dispatcher::ScatterAdd(int device, const View& dst, int dim, const View& index, const View& src) {
@@ -310,7 +347,7 @@ void Dispatcher::ScatterAdd(int device, const View& dst, int dim, const View& in
   if (dst.dtype != kF32 && dst.dtype != kF64 && dst.dtype != kI64 && dst.dtype != kI32)
     throw std::invalid_argument("scatterAdd on CUDA tensors takes float32, float64, int32 or int64");
   Run(device, "tk_scatter_add", GridFor(p.n), kThreads, p);
-  CheckIndexError(device, dim, p.size);
+  IndexLaunched(device);
 }
 
 void Dispatcher::LayerNorm(int device, const View& x, const View& w, const View& b, double eps, const View& out,

@@ -33,6 +33,16 @@ class Dispatcher {
   // false: matmul always runs the tk_matmul kernel (tests check both paths on the emulated device).
   void set_use_blas(bool on) { use_blas_ = on; }
 
+  // Index errors. An index kernel records a bad index on the device (launcher.h's error word) and
+  // the op returns without waiting for it, as PyTorch's CUDA ops do: reading the word back is a
+  // device synchronization, which would stall every embedding and cross-entropy. The error is
+  // thrown (IndexOutOfRange) by CheckErrors, which the JS side calls after each synchronization
+  // (a blocking copy to the host, synchronize()); with launch blocking on (CUDA_LAUNCH_BLOCKING=1
+  // at load, or set_launch_blocking) it is read right after the launch, and the op throws.
+  void set_launch_blocking(bool on) { launch_blocking_ = on; }
+  bool launch_blocking() const { return launch_blocking_; }
+  void CheckErrors(int device);
+
   void Copy(int device, const View& src, const View& dst);
   void Fill(int device, const View& dst, double value);
   void Unary(int device, int op, const View& x, const View& out, double s0, double s1);
@@ -57,10 +67,12 @@ class Dispatcher {
   template <typename P>
   void Run(int device, const std::string& name, unsigned grid, unsigned block, const P& p);
   static RowParams Rows(const View& a, int dim);
-  void CheckIndexError(int device, long long dim, long long size);
+  void IndexLaunched(int device);
 
   std::unique_ptr<Launcher> launcher_;
   bool use_blas_ = true;
+  bool launch_blocking_ = false;
+  std::vector<bool> index_pending_;  // by device: an index kernel ran since the last check
 };
 
 }  // namespace cuda

@@ -97,6 +97,29 @@ export interface CudaMemoryApi {
   ): void;
 }
 
+/**
+ * `api` with `check(device)` run after each call that waits for the device's work: a blocking copy
+ * to the host, a stream or device synchronize. The kernel backend's deferred index errors surface
+ * there (CudaKernelBackend.checkErrors), as a CUDA error surfaces at the next synchronization.
+ */
+export function checkingAfterSync(api: CudaMemoryApi, check: (device: number) => void): CudaMemoryApi {
+  return {
+    ...api,
+    copyDtoHAsync(device, src, srcOffset, dst, stream, blocking) {
+      api.copyDtoHAsync(device, src, srcOffset, dst, stream, blocking);
+      if (blocking) check(device);
+    },
+    streamSynchronize(device, stream) {
+      api.streamSynchronize(device, stream);
+      check(device);
+    },
+    deviceSynchronize(device) {
+      api.deviceSynchronize(device);
+      check(device);
+    },
+  };
+}
+
 interface Allocation {
   device: number;
   ptr: bigint;

@@ -9,8 +9,14 @@
  * the dispatch code as they run on a GPU.
  *
  * Dtypes: float32, float64, int32, int64, uint8 and bool; float16/bfloat16
- * tensors give a DTypeError (cast them first). Index errors come back from the
- * device as IndexError, after the kernel ran.
+ * tensors give a DTypeError (cast them first).
+ *
+ * Index errors: an index kernel (indexSelect, gather, scatterAdd) records a bad
+ * index on the device and the op returns at once, as PyTorch's CUDA ops do;
+ * the IndexError is thrown at the next synchronization, i.e. the next blocking
+ * copy to the host (`.item()`, `.cpu()`, `.tolist()`) or `cuda.synchronize()`
+ * (checkErrors, which sdk/index.ts hooks after them). CUDA_LAUNCH_BLOCKING=1
+ * makes the op itself throw, at the cost of a synchronization per index op.
  */
 import { DTypeError, IndexError, DeviceError } from "../../../errors/index.js";
 import type { DType } from "../../dtype.js";
@@ -49,6 +55,10 @@ export interface CudaKernelApi {
   adamStep(dev: number, p: KV, g: KV, m: KV, v: KV, vmax: NKV, scalars: Float64Array, maximize: boolean): void;
   /** false: matmul runs the tk_matmul kernel instead of the BLAS (tests cover both). */
   setUseBlas(on: boolean): void;
+  /** Index errors at the op (CUDA_LAUNCH_BLOCKING=1 sets it at load) instead of the next synchronization. */
+  setLaunchBlocking(on: boolean): void;
+  /** Throws EINDEX when an index kernel since the last check met a bad index (reads the device's error word). */
+  checkErrors(dev: number): void;
 }
 
 const CODES: Partial<Record<DType, number>> = { float32: 0, float64: 1, int32: 2, int64: 3, uint8: 4, bool: 5 };
@@ -86,6 +96,11 @@ export class CudaKernelBackend implements Backend {
 
   constructor(private readonly k: CudaKernelApi) {
     this.name = `cuda-${k.mode}`;
+  }
+
+  /** Throws the IndexError an index kernel on `device` recorded since the last check, if any. */
+  checkErrors(device: number): void {
+    indexed(() => this.k.checkErrors(device));
   }
 
   copy(src: TensorView, dst: TensorView): void {
