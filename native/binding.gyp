@@ -41,6 +41,7 @@
         "src/gpu/caching_allocator.cc",
         "src/gpu/host_allocator.cc",
         "src/gpu/cuda_memory.cc",
+        "src/gpu/block_tracker.cc",
         "src/gpu/cuda_ipc.cc",
         "src/gpu/nccl.cc",
         "src/cuda/host_kernels.cc",

@@ -50,6 +50,12 @@ export interface CudaDeviceInfo {
 export interface NativeCudaMemory {
   cachingAlloc(device: number, bytes: number, stream: bigint): bigint;
   cachingFree(device: number, ptr: bigint): void;
+  /** Tracks `ptr`'s block as owned by `owner`, held weakly (native/src/gpu/block_tracker.h). */
+  trackBlock(owner: object, device: number, ptr: bigint, bytes: number): void;
+  /** Frees (cachingFree) the tracked blocks whose owners were garbage collected. */
+  sweepBlocks(): { bytes: number; blocks: number; failed: number };
+  /** The tracked blocks still owned, sweeps so far and blocks they freed. */
+  trackedBlocks(): { bytes: number; blocks: number; sweeps: number; freedBlocks: number };
   recordStream(device: number, ptr: bigint, stream: bigint): void;
   emptyCache(device: number): void;
   memoryStats(device: number): Record<string, number>;

@@ -11,34 +11,19 @@
  * growing and asks the RRefs' holders to collect (RREF_COLLECT), as Java RMI's
  * distributed GC runs periodic full collections on its clients.
  */
-import v8 from "node:v8";
-import vm from "node:vm";
 import { debug } from "../util/index.js";
+import { v8Gc } from "../util/gc.js";
 
-type GcFunction = (options?: { type?: "major" | "minor"; execution?: "sync" | "async" }) => unknown;
+let warned = false;
 
-let gcFn: GcFunction | null | undefined;
-
-/** V8's gc(): the global one under --expose-gc, else one taken from a fresh context with the flag set briefly. */
-function gcFunction(): GcFunction | null {
-  if (gcFn !== undefined) return gcFn;
-  const global = (globalThis as { gc?: GcFunction }).gc;
-  if (typeof global === "function") return (gcFn = global);
-  try {
-    // NB: the flag may already be on (e.g. --expose-gc with gc deleted from globalThis): then leave it on
-    const wasOn = vm.runInNewContext("typeof gc") === "function";
-    if (!wasOn) v8.setFlagsFromString("--expose-gc");
-    try {
-      const fn = vm.runInNewContext("gc") as unknown;
-      gcFn = typeof fn === "function" ? (fn as GcFunction) : null;
-    } finally {
-      if (!wasOn) v8.setFlagsFromString("--no-expose-gc");
-    }
-  } catch {
-    gcFn = null;
+/** V8's gc() (sdk/util/gc.ts), or null with one debug line saying so. */
+function gcFunction(): ReturnType<typeof v8Gc> {
+  const fn = v8Gc();
+  if (!fn && !warned) {
+    warned = true;
+    debug(1, "rref", "cannot run a garbage collection on request: V8's gc() is not available");
   }
-  if (!gcFn) debug(1, "rref", "cannot run a garbage collection on request: V8's gc() is not available");
-  return gcFn;
+  return fn;
 }
 
 /** Requests closer together than this run one collection. */

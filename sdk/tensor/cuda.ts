@@ -98,10 +98,14 @@ const memory = {
   },
   /** torch.cuda.memory_stats(): flat keys such as "allocated_bytes.all.current", "num_alloc_retries". */
   memoryStats(device?: DeviceLike): Record<string, number> {
-    return apiOn(device, "memoryStats").memoryStats(at(device));
+    const api = apiOn(device, "memoryStats");
+    backend("memoryStats").sweep(); // NB: storages V8 already collected count as freed, as torch's would
+    return api.memoryStats(at(device));
   },
   resetPeakMemoryStats(device?: DeviceLike): void {
-    apiOn(device, "resetPeakMemoryStats").resetPeakMemoryStats(at(device));
+    const api = apiOn(device, "resetPeakMemoryStats");
+    backend("resetPeakMemoryStats").sweep();
+    api.resetPeakMemoryStats(at(device));
   },
   resetAccumulatedMemoryStats(device?: DeviceLike): void {
     apiOn(device, "resetAccumulatedMemoryStats").resetAccumulatedMemoryStats(at(device));
@@ -112,7 +116,9 @@ const memory = {
   },
   /** Returns cached memory nothing uses to the driver (and unused pinned host blocks), as torch.cuda.empty_cache. */
   emptyCache(device?: DeviceLike): void {
-    apiOn(device, "emptyCache").emptyCache(at(device));
+    const api = apiOn(device, "emptyCache");
+    backend("emptyCache").sweep(); // NB: blocks of storages V8 already collected can go back too
+    api.emptyCache(at(device));
   },
   /** Waits for all work on the device, as torch.cuda.synchronize. */
   synchronize(device?: DeviceLike): void {

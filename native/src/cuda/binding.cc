@@ -2,7 +2,8 @@
 // points (sdk/tensor/backend/cuda/kernels.ts), bound to one Dispatcher per mode:
 //   "emulate"  host-compiled kernels over host memory (TPRPC_CUDA=emulate); the
 //              namespace also carries that device's memory functions, the same
-//              ones sdk/native/gpu.ts has for a real device (CudaMemoryApi);
+//              ones sdk/native/gpu.ts has for a real device (CudaMemoryApi), and
+//              its block tracker (gpu/block_tracker.h: trackBlock, sweepBlocks);
 //   "device"   the embedded fatbin on the CUDA driver; ENOTVIABLE with the
 //              reason when this addon has no fatbin or no GPU is visible.
 // Errors: IndexError-worthy indices give NativeError code "EINDEX", bad
@@ -18,6 +19,7 @@
 
 #include "cuda/ops.h"
 #include "errors.h"
+#include "gpu/block_tracker.h"
 #include "kernels/ops.h"
 
 namespace tprpc {
@@ -151,15 +153,28 @@ Napi::Value EmuAlloc(const Napi::CallbackInfo& info) {
   return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)));
 }
 
-Napi::Value EmuFree(const Napi::CallbackInfo& info) {
-  const unsigned long long p = Addr(info[1]);
+// Frees the block at p; its size, or 0 when p was not allocated here.
+size_t EmuFreeBlock(unsigned long long p) {
   std::lock_guard<std::mutex> lock(g_emu_mem_mutex);
   auto it = g_emu_blocks.find(p);
-  if (it == g_emu_blocks.end()) ThrowNative(info.Env(), "EINVAL", 0, "emulated cuMemFree of an address not allocated");
-  g_emu_in_use -= it->second;
+  if (it == g_emu_blocks.end()) return 0;
+  const size_t n = it->second;
+  g_emu_in_use -= n;
   g_emu_blocks.erase(it);
   std::free(reinterpret_cast<void*>(p));
-  return info.Env().Undefined();
+  return n;
+}
+
+// memFree(device, ptr) -> the bytes freed
+Napi::Value EmuFree(const Napi::CallbackInfo& info) {
+  const size_t n = EmuFreeBlock(Addr(info[1]));
+  if (n == 0) ThrowNative(info.Env(), "EINVAL", 0, "emulated cuMemFree of an address not allocated");
+  return Napi::Number::New(info.Env(), static_cast<double>(n));
+}
+
+// The block tracker's free (gpu/block_tracker.h) for the emulated device.
+void EmuFreeTracked(Napi::Env env, int, uint64_t ptr) {
+  if (EmuFreeBlock(ptr) == 0) ThrowNative(env, "EINVAL", 0, "emulated cuMemFree of an address not allocated");
 }
 
 Napi::Value EmuInfo(const Napi::CallbackInfo& info) {
@@ -240,6 +255,7 @@ Napi::Value Namespace(const Napi::CallbackInfo& info) {
     o.Set("copyHtoD", Napi::Function::New(env, EmuHtoD, "copyHtoD"));
     o.Set("copyDtoH", Napi::Function::New(env, EmuDtoH, "copyDtoH"));
     o.Set("copyDtoD", Napi::Function::New(env, EmuDtoD, "copyDtoD"));
+    gpu::AddBlockTracker(env, o, EmuFreeTracked);
   }
   return o;
 }

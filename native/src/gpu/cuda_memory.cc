@@ -1,6 +1,7 @@
 // Bindings for CUDA memory (see cuda_memory.h): the caching allocator of each
 // device (caching_allocator.h), streams, pinned host memory (host_allocator.h)
-// and copies ordered on a stream.
+// and copies ordered on a stream; and the tracker of tensor storages' blocks (trackBlock, sweepBlocks,
+// trackedBlocks: block_tracker.h), whose sweep hands the blocks of collected owners back here.
 //
 // Copies (stream 0n is the legacy default stream):
 // 1. From or to pinned memory (a block of the host allocator): one async copy
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "gpu/block_tracker.h"
 #include "gpu/caching_allocator.h"
 #include "gpu/host_allocator.h"
 
@@ -105,6 +107,11 @@ Napi::Value CachingFree(const Napi::CallbackInfo& info) {
   CachingAllocator& a = AllocatorOf(env, Dev(info[0]));
   Guard(env, [&] { a.Free(static_cast<CUdeviceptr>(U64(info[1]))); });
   return env.Undefined();
+}
+
+// The block tracker's free (block_tracker.h): a block whose owner was collected back to its allocator.
+void FreeTracked(Napi::Env env, int device, uint64_t ptr) {
+  Guard(env, [&] { AllocatorOf(env, device).Free(static_cast<CUdeviceptr>(ptr)); });
 }
 
 // recordStream(device, ptr, stream)
@@ -405,6 +412,7 @@ void AddCudaMemory(Napi::Env env, Napi::Object ns) {
       {"memsetAsync", MemsetAsync},
   };
   for (auto& [name, fn] : fns) ns.Set(name, Napi::Function::New(env, fn, name));
+  AddBlockTracker(env, ns, FreeTracked);
 }
 
 }  // namespace gpu

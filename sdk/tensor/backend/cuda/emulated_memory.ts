@@ -9,7 +9,8 @@
  * parity suites check them in CI. It has no streams (every launch and copy
  * completes before it returns), so streams here are names only, and no
  * caching allocator: each storage is one host allocation, freed when the
- * storage is collected. The caching allocator itself is checked against a
+ * storage is collected (the addon's block tracker frees it, as a real device's
+ * tracker hands it back to the caching allocator). The caching allocator itself is checked against a
  * stand-in driver instead (test/native/cuda_allocator.test.ts).
  */
 import type { CudaMemoryApi, CudaSegment } from "./index.js";
@@ -17,7 +18,8 @@ import type { CudaMemoryApi, CudaSegment } from "./index.js";
 /** The emulated device's own memory calls (native/src/cuda/binding.cc). */
 export interface EmulatedDeviceMemory {
   memAlloc(device: number, bytes: number): bigint;
-  memFree(device: number, ptr: bigint): void;
+  /** Frees the block; returns its size. */
+  memFree(device: number, ptr: bigint): number;
   memInfo(device: number): { free: number; total: number };
   copyHtoD(device: number, ptr: bigint, offset: number, src: Uint8Array): void;
   copyDtoH(device: number, ptr: bigint, offset: number, dst: Uint8Array): void;
@@ -30,11 +32,14 @@ export interface EmulatedDeviceMemory {
     dstOffset: number,
     bytes: number,
   ): void;
+  // The block tracker (native/src/gpu/block_tracker.h) over this device's memFree.
+  trackBlock(owner: object, device: number, ptr: bigint, bytes: number): void;
+  sweepBlocks(): { bytes: number; blocks: number; failed: number };
+  trackedBlocks(): { bytes: number; blocks: number; sweeps: number; freedBlocks: number };
 }
 
 /** A CudaMemoryApi over the emulated device: synchronous, uncached, with torch's stat keys kept. */
 export function emulatedMemoryApi(dev: EmulatedDeviceMemory): CudaMemoryApi {
-  const sizes = new Map<bigint, number>();
   const pinned = new WeakSet<ArrayBuffer>();
   const stats = { current: 0, peak: 0, allocations: 0, frees: 0 };
   const host = { allocated: 0, peakAllocated: 0, hostAllocs: 0, hostFrees: 0 };
@@ -49,18 +54,23 @@ export function emulatedMemoryApi(dev: EmulatedDeviceMemory): CudaMemoryApi {
       dev.copyDtoD(srcDevice, src, srcOffset, dstDevice, dst, dstOffset, bytes),
     cachingAlloc(device, bytes) {
       const ptr = dev.memAlloc(device, bytes);
-      sizes.set(ptr, bytes);
       stats.current += bytes;
       stats.allocations++;
       stats.peak = Math.max(stats.peak, stats.current);
       return ptr;
     },
     cachingFree(device, ptr) {
-      stats.current -= sizes.get(ptr) ?? 0;
+      stats.current -= dev.memFree(device, ptr);
       stats.frees++;
-      sizes.delete(ptr);
-      dev.memFree(device, ptr);
     },
+    trackBlock: (owner, device, ptr, bytes) => dev.trackBlock(owner, device, ptr, bytes),
+    sweepBlocks() {
+      const r = dev.sweepBlocks();
+      stats.current -= r.bytes;
+      stats.frees += r.blocks;
+      return r;
+    },
+    trackedBlocks: () => dev.trackedBlocks(),
     recordStream: () => undefined,
     emptyCache: () => undefined,
     memoryStats: () => ({
