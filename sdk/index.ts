@@ -78,13 +78,15 @@ provideDeviceBackend("cuda", () => {
   const k = cudaKernels("device");
   if (typeof k === "string") {
     noteDeviceKernelsUnavailable("cuda", k);
-    return new CudaDeviceBackend(nativeGpu()!, cudaDevices().length);
+    return new CudaDeviceBackend(nativeGpu()!, cudaDevices().length, undefined, true);
   }
   const kernels = new CudaKernelBackend(k as unknown as CudaKernelApi);
   registerDeviceKernels("cuda", kernels);
   return new CudaDeviceBackend(
     checkingAfterSync(nativeGpu()!, (d) => kernels.checkErrors(d)),
     cudaDevices().length,
+    undefined,
+    true,
   );
 });
 

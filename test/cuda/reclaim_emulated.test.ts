@@ -95,4 +95,34 @@ describe("CUDA memory in synchronous loops (emulated device)", () => {
     expect(b.api.trackedBlocks().blocks).toBe(st["allocation.all.allocated"]! - st["allocation.all.freed"]!);
     expect(live.length).toBe(64);
   });
+
+  it("on a GPU sizes its budget to the device: 1/16 of its memory, within 256 MiB and 4 GiB", () => {
+    const GiB = 1024 * MiB;
+    const budgetFor = (total: number): number => {
+      // NB: the emulated device's calls, with the memory size of a GPU's
+      const gpu = new CudaDeviceBackend({ ...b.api, memInfo: () => ({ free: total, total }) }, 1, undefined, true);
+      const mem = gpu.alloc(dev, 512, false);
+      const budget = gpu.reclaimStats().budget;
+      expect(mem.byteLength).toBe(512);
+      return budget;
+    };
+    expect(budgetFor(141 * GiB)).toBe(4 * GiB); // an H200: capped
+    expect(budgetFor(32 * GiB)).toBe(2 * GiB);
+    expect(budgetFor(2 * GiB)).toBe(256 * MiB); // a small GPU: the floor
+    // the emulated device (host memory) keeps 256 MiB, and so does a GPU given TPRPC_CUDA_RECLAIM_MB
+    expect(b.reclaimStats().budget).toBeGreaterThanOrEqual(256 * MiB);
+    process.env.TPRPC_CUDA_RECLAIM_MB = "64";
+    try {
+      const gpu = new CudaDeviceBackend(
+        { ...b.api, memInfo: () => ({ free: 0, total: 141 * GiB }) },
+        1,
+        undefined,
+        true,
+      );
+      gpu.alloc(dev, 512, false);
+      expect(gpu.reclaimStats().budget).toBe(64 * MiB);
+    } finally {
+      delete process.env.TPRPC_CUDA_RECLAIM_MB;
+    }
+  });
 });
