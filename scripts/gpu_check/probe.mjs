@@ -1,5 +1,6 @@
 // A diagnostic run for the device machine (not part of gpu:check's verdicts): where the GPT step's
-// and a + b's time goes. node --expose-gc probe.mjs <tprpc root> <out dir> [gpt|add|prof]
+// and a + b's time goes. node --expose-gc probe.mjs <tprpc root> <out dir> [gpt|add|recipe|prof] [size]
+// (size: steps for gpt and prof, elements for add; small ones for a dry run on the emulated device)
 //   gpt:  the GPT step of ops.mjs timed per phase (host time of forward, backward, optimizer, then
 //         the wait in loss.item()), as is and with a full GC + one event-loop turn between steps;
 //         the caching allocator's cuMemAlloc count (num_device_alloc) over the timed steps.
@@ -11,7 +12,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [root, outDir, what = "gpt"] = process.argv.slice(2);
+const [root, outDir, what = "gpt", size] = process.argv.slice(2);
 const tprpc = await import(pathToFileURL(path.join(root, "dist/sdk/index.js")).href);
 const DEV = "cuda:0";
 const stats = () => tprpc.cuda.memoryStats(DEV);
@@ -19,7 +20,7 @@ const turn = () => new Promise((r) => setImmediate(r));
 const now = () => Number(process.hrtime.bigint()) / 1e6;
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 const out = {};
-const STEPS = Number(process.env.PROBE_STEPS ?? 20); // NB: small for a dry run on the emulated device
+const STEPS = Number(size ?? 20); // NB: small for a dry run on the emulated device
 
 function gptModel() {
   tprpc.manualSeed(0);
@@ -85,7 +86,7 @@ if (what === "gpt") {
   out.withGc = await gptRun("gc", STEPS);
   out.asIsAgain = await gptRun("as-is", STEPS);
 } else if (what === "add") {
-  const n = Number(process.env.PROBE_ADD_N ?? 64 << 20);
+  const n = Number(size ?? 64 << 20);
   const a = tprpc.randn([n]).to(DEV);
   const b = tprpc.randn([n]).to(DEV);
   const time = async (freeBetween) => {

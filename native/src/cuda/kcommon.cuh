@@ -34,7 +34,7 @@ struct View {
   int ndim;
   int dtype;
   int contig;
-  int pad;
+  int small;  // 1: the view's element count is below 2^31, so Off() divides in 32 bits
   long long shape[kMaxDims];
   long long strides[kMaxDims];
 };
@@ -42,6 +42,17 @@ struct View {
 // Storage index of element i of the view's row-major iteration.
 __device__ __forceinline__ long long Off(const View& v, long long i) {
   if (v.contig) return v.offset + i;
+  if (v.small && i < 0x7fffffffLL) {
+    // NB: a 64-bit division is a long instruction sequence on a GPU; 32-bit ones are a few
+    unsigned j = static_cast<unsigned>(i);
+    long long off = v.offset;
+    for (int d = v.ndim - 1; d >= 0; --d) {
+      const unsigned s = static_cast<unsigned>(v.shape[d]);
+      off += static_cast<long long>(j % s) * v.strides[d];
+      j /= s;
+    }
+    return off;
+  }
   long long off = v.offset;
   for (int d = v.ndim - 1; d >= 0; --d) {
     const long long s = v.shape[d];

@@ -58,6 +58,7 @@ void SetContig(View& v) {
     if (v.shape[d] != 1 && v.strides[d] != expect) v.contig = 0;
     expect *= v.shape[d];
   }
+  v.small = expect < 0x7fffffffLL ? 1 : 0;
 }
 
 long long Numel(const View& v) {
