@@ -186,8 +186,8 @@ export function runBench(tprpc, gpu, torchBench, DEV = "cuda:0") {
   return rows;
 }
 
-/** One training step of notebook 04's GPT on cuda:0 (model, AdamW and sizes as torch_ref.py's). */
-export function runGptStep(tprpc, torchGpt, DEV = "cuda:0") {
+/** Notebook 04's GPT on `DEV` with its AdamW and a batch (sizes as torch_ref.py's), seeded. */
+export function gptSetup(tprpc, DEV = "cuda:0") {
   tprpc.manualSeed(0);
   const config = { vocabSize: 80, nLayer: 4, nEmbd: 128, nHead: 4, blockSize: 64, tieWeights: false };
   const model = new tprpc.nn.GPT(config);
@@ -195,6 +195,12 @@ export function runGptStep(tprpc, torchGpt, DEV = "cuda:0") {
   const opt = new tprpc.optim.AdamW(model.parameters(), { lr: 6e-3, betas: [0.9, 0.99], weightDecay: 0.01 });
   const x = tprpc.randint(0, 80, [32, 64]).to(DEV);
   const y = tprpc.randint(0, 80, [32, 64]).to(DEV);
+  return { model, opt, x, y };
+}
+
+/** One training step of notebook 04's GPT on cuda:0 (model, AdamW and sizes as torch_ref.py's). */
+export function runGptStep(tprpc, torchGpt, DEV = "cuda:0") {
+  const { model, opt, x, y } = gptSetup(tprpc, DEV);
   const step = () => {
     const { loss } = model.forward(x, y);
     opt.zeroGrad();

@@ -11,6 +11,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
+import { gptSetup } from "./ops.mjs";
 
 const [root, outDir, what = "gpt", size] = process.argv.slice(2);
 const tprpc = await import(pathToFileURL(path.join(root, "dist/sdk/index.js")).href);
@@ -22,16 +23,7 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 const out = {};
 const STEPS = Number(size ?? 20); // NB: small for a dry run on the emulated device
 
-function gptModel() {
-  tprpc.manualSeed(0);
-  const config = { vocabSize: 80, nLayer: 4, nEmbd: 128, nHead: 4, blockSize: 64, tieWeights: false };
-  const model = new tprpc.nn.GPT(config);
-  model.to(DEV);
-  const opt = new tprpc.optim.AdamW(model.parameters(), { lr: 6e-3, betas: [0.9, 0.99], weightDecay: 0.01 });
-  const x = tprpc.randint(0, 80, [32, 64]).to(DEV);
-  const y = tprpc.randint(0, 80, [32, 64]).to(DEV);
-  return { model, opt, x, y };
-}
+const gptModel = () => gptSetup(tprpc, DEV);
 
 function phased({ model, opt, x, y }) {
   const t0 = now();
