@@ -7,6 +7,7 @@
 //   add:  a + b on 64 Mi floats, as is and with the output freed between calls.
 //   recipe: the CUDA-RPC recipe's pass in phases (forward RPC, distributed backward, context
 //         exit), and bare RPC round trips (empty, 4 MB on the CPU, 4 MB on cuda:0 via the device map).
+//   ops:  the GPT step's op families at its shapes, median ms each (torch_ops.py times PyTorch's)
 //   prof: 30 GPT steps with a GC between them, meant to run under node --cpu-prof.
 import fs from "node:fs";
 import path from "node:path";
@@ -174,6 +175,58 @@ if (what === "gpt") {
   for (const [k, v] of Object.entries(phases)) out[`recipe_${k}_ms`] = +median(v).toFixed(3);
   await rpc.shutdown();
   await cluster.close();
+} else if (what === "ops") {
+  // The GPT step's op families at its shapes (batch 32 x 64 tokens, 128 channels, 4 heads): median
+  // ms over 50 calls, the device synchronized around each, beside scripts/gpu_check/torch_ops.py's
+  // (the same list, by name) to find the kernels that make the step GPU-bound.
+  const scale = Number(size ?? 1); // NB: a dry run on the emulated device takes 0.05 or so
+  const B = Math.max(1, Math.round(32 * scale));
+  const r = (shape) => tprpc.randn(shape).to(DEV);
+  const x = r([B * 64, 128]);
+  const w = r([128]);
+  const bias = r([128]);
+  const att = r([B, 4, 64, 64]);
+  const heads = r([B, 64, 4, 32]);
+  const wide = r([B * 64, 512]);
+  const logits = r([B * 64, 80]);
+  const target = tprpc.randint(0, 80, [B * 64]).to(DEV);
+  const emb = r([80, 128]).requiresGrad_(true);
+  const idx = tprpc.randint(0, 80, [B, 64]).to(DEV);
+  const mask = tprpc.nn.functional.causalMask(64).to(DEV);
+  const F = tprpc.nn.functional;
+  const cases = {
+    layer_norm: () => F.layerNorm(x, [128], w, bias),
+    layer_norm_fwd_bwd: () => {
+      const xi = x.detach().requiresGrad_(true);
+      F.layerNorm(xi, [128], w, bias).sum().backward();
+    },
+    softmax_att: () => att.softmax(-1),
+    masked_fill_softmax: () => att.maskedFill(mask, -Infinity).softmax(-1),
+    transpose_contiguous: () => heads.transpose(1, 2).contiguous(),
+    gelu_wide: () => wide.gelu(),
+    bias_add_broadcast: () => x.add(bias),
+    sum_rows_bias_grad: () => wide.sum(0),
+    cross_entropy: () => F.crossEntropy(logits, target),
+    embedding_fwd_bwd: () => F.embedding(idx, emb).sum().backward(),
+    matmul_qkv: () => x.matmul(r([128, 384])),
+    matmul_att: () => att.matmul(r([B, 4, 64, 32])),
+  };
+  for (const [name, f] of Object.entries(cases)) {
+    try {
+      for (let i = 0; i < 3; i++) f();
+      const ts = [];
+      for (let i = 0; i < 50; i++) {
+        tprpc.cuda.synchronize(0);
+        const t0 = now();
+        f();
+        tprpc.cuda.synchronize(0);
+        ts.push(now() - t0);
+      }
+      out[name] = +median(ts).toFixed(4);
+    } catch (e) {
+      out[name] = `${e.name}: ${e.message}`.slice(0, 200);
+    }
+  }
 } else if (what === "prof") {
   const m = gptModel();
   for (let i = 0; i < 3; i++) phased(m);

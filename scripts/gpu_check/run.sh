@@ -58,6 +58,15 @@ else
   log "python3: not found; sections run without PyTorch's numbers"
 fi
 
+# "ops" (only when named): the GPT step's op families timed by tprpc and by PyTorch, side by side
+# (probe.mjs ops, torch_ops.py), to find the kernels that make the step GPU-bound.
+if [[ ",$SECTIONS," == *",ops,"* ]]; then
+  timeout 90 python3 scripts/gpu_check/torch_ops.py "$OUT/torch_ops.json" >>"$OUT/run.log" 2>&1
+  log "PyTorch's ops: exit $?"
+  timeout 120 "$NODE" --expose-gc scripts/gpu_check/probe.mjs "$WORK" "$OUT" ops >>"$OUT/run.log" 2>&1
+  log "tprpc's ops (probe-ops.json): exit $?"
+fi
+
 timeout 330 "$NODE" --expose-gc scripts/gpu_check/main.mjs "$WORK" "$OUT/torch_ref.json" "$OUT" $SECTIONS 2>&1 | tee -a "$OUT/run.log"
 rc=${PIPESTATUS[0]}
 log "tprpc sections: exit $rc (report in $OUT/report.md)"
