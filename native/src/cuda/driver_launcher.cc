@@ -6,9 +6,8 @@
 // synchronous copies of sdk/tensor/backend/cuda. cuBLAS, when dlopen finds it,
 // does the GEMMs (one handle per device).
 //
-// NB: written against the driver API's documented ABI and untested on a GPU
-// until a device run: the emulated launcher shares everything above
-// this file. What only a GPU run can check, in order:
+// NB: written against the driver API's documented ABI; first run on a GPU (an H200) on 2026-11-27,
+// where npm run gpu:check passed (docs/architecture.md, "On a GPU"). What only a GPU run checks:
 // 1. cuModuleLoadData takes the compressed fatbin (sm_90 SASS on H100/H200, sm_80 on A100, the
 //    compute_90 PTX JIT-compiled elsewhere) and every tk_* name resolves: test/cuda/parity_device.
 // 2. The kernels' results on the device: the same suite (ops, modules, losses, GPT block, Adam).
@@ -18,7 +17,7 @@
 //    and broadcast batches in the same suite, with cuBLAS found by dlopen.
 // 5. The error word after an out-of-range index, the MLP and the GPT steps: test/cuda/device.
 // 6. Ordering with the caching allocator's streams: these launches use the legacy default stream.
-// 7. Speed (bench/cuda_ops.ts --torch; bench/gpt_step.ts on cuda:0 is not written yet).
+// 7. Speed (bench/cuda_ops.ts --torch; gpu:check's bench and gpt; TPRPC_GPU_CHECK_SECTIONS=ops).
 // Thread: JS thread.
 #include <cstring>
 #include <map>
