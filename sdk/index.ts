@@ -15,7 +15,7 @@ import { registerBackend } from "./tensor/backend/registry.js";
 import { deviceBackendFor, provideDeviceBackend } from "./tensor/backend/devices.js";
 import { provideCudaStagingDriver } from "./channel/cuda_staging/index.js";
 import { nativeStagingDriver } from "./channel/cuda_staging/native_driver.js";
-import { CudaDeviceBackend, checkingAfterSync } from "./tensor/backend/cuda/index.js";
+import { CudaDeviceBackend, type CudaMemoryApi, checkingAfterSync } from "./tensor/backend/cuda/index.js";
 import { type EmulatedDeviceMemory, emulatedMemoryApi } from "./tensor/backend/cuda/emulated_memory.js";
 import { type CudaKernelApi, CudaKernelBackend } from "./tensor/backend/cuda/kernels.js";
 import { noteDeviceKernelsUnavailable, registerDeviceKernels } from "./tensor/backend/router.js";
@@ -65,13 +65,7 @@ provideDeviceBackend("cuda", () => {
     if (!n) return `TPRPC_CUDA=${mode} is not a mode: use emulate, or emulate:N for N devices (N from 1 to 8)`;
     const k = cudaKernels("emulate");
     if (typeof k === "string") return `TPRPC_CUDA=emulate, but the emulated device is not viable: ${k}`;
-    const kernels = new CudaKernelBackend(k as unknown as CudaKernelApi);
-    registerDeviceKernels("cuda", kernels);
-    const api = emulatedMemoryApi(k as unknown as EmulatedDeviceMemory);
-    return new CudaDeviceBackend(
-      checkingAfterSync(api, (d) => kernels.checkErrors(d)),
-      Number(n[1] ?? 1),
-    );
+    return cudaBackend(k, emulatedMemoryApi(k as unknown as EmulatedDeviceMemory), Number(n[1] ?? 1), false);
   }
   const driver = gpuLibrary("cuda");
   if (!driver.isViable()) return `no usable CUDA driver (${driver.reason()})`;
@@ -80,15 +74,24 @@ provideDeviceBackend("cuda", () => {
     noteDeviceKernelsUnavailable("cuda", k);
     return new CudaDeviceBackend(nativeGpu()!, cudaDevices().length, undefined, true);
   }
+  return cudaBackend(k, nativeGpu()!, cudaDevices().length, true);
+});
+
+/**
+ * The CUDA device backend over `api` with `k`'s kernels registered for it; their deferred index
+ * errors are checked after each synchronization (checkingAfterSync). `sizeToDevice`: a GPU's
+ * reclaim budget follows its memory (CudaDeviceBackend).
+ */
+function cudaBackend(k: object, api: CudaMemoryApi, count: number, sizeToDevice: boolean): CudaDeviceBackend {
   const kernels = new CudaKernelBackend(k as unknown as CudaKernelApi);
   registerDeviceKernels("cuda", kernels);
   return new CudaDeviceBackend(
-    checkingAfterSync(nativeGpu()!, (d) => kernels.checkErrors(d)),
-    cudaDevices().length,
+    checkingAfterSync(api, (d) => kernels.checkErrors(d)),
+    count,
     undefined,
-    true,
+    sizeToDevice,
   );
-});
+}
 
 // cuda_staging's device side: the CUDA device backend's memory calls (the driver's, or the emulated
 // device's), found when the first pipe with a GPU pair asks.

@@ -168,7 +168,7 @@ __device__ void VecBody(const EwParams& p) {
   const float* a = reinterpret_cast<const float*>(p.a.ptr) + p.a.offset;
   const float* b = kBinary ? reinterpret_cast<const float*>(p.b.ptr) + p.b.offset : nullptr;
   float* o = reinterpret_cast<float*>(p.out.ptr) + p.out.offset;
-  const bool b_scalar = p.pad != 0;
+  const bool b_scalar = p.b_scalar != 0;
   const long long n4 = p.n / 4;
   const float4* a4 = reinterpret_cast<const float4*>(a);
   const float4* b4 = reinterpret_cast<const float4*>(b);

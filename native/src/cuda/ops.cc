@@ -190,7 +190,7 @@ void Dispatcher::Binary(int device, int op, const View& a, const View& b, const 
   if (p.n == 0) return;
   const bool b_scalar = b.dtype == kF32 && OneElement(b);
   if (a.dtype == kF32 && out.dtype == kF32 && Vec4(a) && Vec4(out) && (b_scalar || (b.dtype == kF32 && Vec4(b)))) {
-    p.pad = b_scalar ? 1 : 0;
+    p.b_scalar = b_scalar ? 1 : 0;
     Run(device, "tk_binary_f32_vec", GridFor((p.n + 3) / 4), kThreads, p);
     return;
   }

@@ -40,7 +40,6 @@ class Dispatcher {
   // (a blocking copy to the host, synchronize()); with launch blocking on (CUDA_LAUNCH_BLOCKING=1
   // at load, or set_launch_blocking) it is read right after the launch, and the op throws.
   void set_launch_blocking(bool on) { launch_blocking_ = on; }
-  bool launch_blocking() const { return launch_blocking_; }
   void CheckErrors(int device);
 
   void Copy(int device, const View& src, const View& dst);

@@ -12,7 +12,7 @@ struct EwParams {
   View out, a, b, c;
   long long n;
   int op;
-  int pad;
+  int b_scalar;   // the float4 kernels: b is one element, broadcast
   double s0, s1;  // fill value; clamp's min and max (NaN: none); powScalar's exponent
 };
 

@@ -52,6 +52,7 @@ inline T atomicAdd(T* p, T v) {
   *p = old + v;
   return old;
 }
+
 // CUDA's 16-byte vector type (the vectorized float32 kernels load and store four floats at once).
 struct alignas(16) float4 {
   float x, y, z, w;

@@ -23,10 +23,11 @@
  * a sweep alone (what V8's own collections found); else a minor GC (0.4-1 ms)
  * and a sweep; else a full GC (6 ms with the SDK's 9 MB heap on the H200's
  * host, 79 ms at 90 MB, 345 ms at 400 MB) and a sweep, which sets the live
- * estimate. The budget is max(256 MiB, the live estimate, what the full GCs'
+ * estimate. The budget is max(a floor, the live estimate, what the full GCs'
  * time share asks: doubled while they take over 5 % of the time between
- * them), at most 4 GiB; TPRPC_CUDA_RECLAIM_MB sets the 256 (0: no reclaims on
- * allocation). An allocation that fails with EOOM runs a full GC, a sweep and
+ * them), at most 4 GiB; the floor is 1/16 of a GPU's memory within 256 MiB and
+ * 4 GiB (256 MiB on the emulated device), and TPRPC_CUDA_RECLAIM_MB sets it (0:
+ * no reclaims on allocation). An allocation that fails with EOOM runs a full GC, a sweep and
  * emptyCache, and tries once more. Measured on an H200, the GPT of
  * bench/gpt_step.ts ("bench" size): one reclaim per step, settled by the minor
  * GC (1.0-1.3 ms) and sweeps (~1 ms, mostly the 1,187 frees), 243 MB allocated
@@ -171,7 +172,7 @@ export interface ReclaimStats {
   minorGcs: number;
   majorGcs: number;
   gcMs: number;
-  /** Sweeps run (by reclaims, between tasks, before stats and emptyCache), their total ms and bytes freed. */
+  /** Sweeps run (by reclaims, the EOOM retry, and before stats and emptyCache), their total ms and bytes freed. */
   sweeps: number;
   sweepMs: number;
   freedBytes: number;
@@ -256,7 +257,7 @@ export class CudaDeviceBackend implements DeviceBackend {
     this.sized = true;
     const total = this.api.memInfo(device).total;
     const min = Math.min(DEFAULT_POLICY.maxBudget, Math.max(DEFAULT_POLICY.minBudget, Math.floor(total / 16)));
-    this.policy = { minBudget: min, maxBudget: Math.max(min, DEFAULT_POLICY.maxBudget) };
+    this.policy = { ...DEFAULT_POLICY, minBudget: min };
     this.timeBudget = Math.max(this.timeBudget, min);
     this.setBudget();
   }
