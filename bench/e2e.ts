@@ -29,6 +29,8 @@
  * ones: 1,000, 100 with --quick), --micro K, --threads T, --no-torch,
  * --gpt-rounds N (the pipelined GPT, its unsplit run and its PyTorch twin N times in turn, each round's
  * ratios and their medians printed: the machine's speed can move between one column and the next),
+ * --gpt-interleave N (the three once more in N alternating blocks of --block-steps K (4) steps each, the
+ * twin paused outside its blocks: interleavedGpt),
  * --load N (N busy processes beside both sides, bench/load.ts), --gpt-only (only tprpc's pipelined GPT,
  * one line: a quick loop for hunting hangs in it, as issue 23's), --timeline (every call of the profiled
  * pipelined step on one time axis, all three processes), --cpu-prof DIR (the two workers run under
@@ -55,9 +57,10 @@ import { FEDAVG_EXAMPLES, tprpcFedAvg } from "./e2e_fedavg.js";
 import { startLoad } from "./load.js";
 import { machineLine } from "./machine.js";
 import { GC_KINDS, median, now, repoRoot } from "./rpc_common.js";
-import { spawnInGroup } from "./spawn_group.js";
+import { spawnGroup, spawnInGroup } from "./spawn_group.js";
 import os from "node:os";
 import path from "node:path";
+import { createInterface } from "node:readline";
 
 // NB: the name shipped code sees on the callee (as the notebook kernel preloads it)
 const tprpc = sdk;
@@ -317,9 +320,31 @@ const gcLine = (bd: Breakdown): string =>
   `  GCs over the ${bd.steps} timed steps (major / minor / other, pause ms per step): ${bd.cpu.map((c) => `${c.name} ${c.gc.major} / ${c.gc.minor} / ${c.gc.other}, ${(c.gc.pauseMs / bd.steps).toFixed(1)} ms`).join("; ")}`;
 
 /** tprpc's pipelined GPT: median ms per step, the last loss, and one profiled step's breakdown. */
-async function tprpcPipeline(o: Opts): Promise<{ ms: number; coldMs: number; loss: number; breakdown: Breakdown }> {
+/** tprpc's pipelined GPT, set up: this process the master, two local workers each owning a stage. */
+interface Pipeline {
+  /** One training step (all micro-batches, distributed backward, optimizer); its loss. */
+  step(): Promise<number>;
+  /** Shuts the group down and ends the workers (letting --cpu-prof workers write their profiles). */
+  close(): Promise<void>;
+}
+
+async function openPipeline(o: Opts): Promise<Pipeline> {
   const nodeArgs = o.cpuProfDir ? ["--cpu-prof", `--cpu-prof-dir=${o.cpuProfDir}`] : [];
   const cluster = await startLocalWorkers({ workers: 2, nodeArgs });
+  const close = async (): Promise<void> => {
+    // NB: graceful first, so the workers see a leave and not a lost master
+    await rpc
+      .shutdown({ timeoutMs: 10_000 })
+      .catch(() => rpc.shutdown({ graceful: false, timeoutMs: 5_000 }))
+      .catch(() => undefined);
+    // NB: a worker writes its --cpu-prof profile as it exits: let it leave on its own before close() kills it
+    if (o.cpuProfDir)
+      await Promise.race([
+        Promise.all(cluster.workers.map((w) => w.exited)),
+        new Promise((r) => setTimeout(r, 20_000).unref()),
+      ]);
+    await cluster.close();
+  };
   try {
     await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 300_000, initTimeoutMs: 30_000 });
     for (const w of ["worker1", "worker2"]) await rpc.rpcSync(w, (n: number) => tprpc.setNumThreads(n), [o.threads]);
@@ -342,6 +367,16 @@ async function tprpcPipeline(o: Opts): Promise<{ ms: number; coldMs: number; los
         return loss.item() as number;
       });
     };
+    return { step, close };
+  } catch (e) {
+    await close();
+    throw e;
+  }
+}
+
+async function tprpcPipeline(o: Opts): Promise<{ ms: number; coldMs: number; loss: number; breakdown: Breakdown }> {
+  const { step, close } = await openPipeline(o);
+  try {
     const cold: number[] = [];
     for (let i = 0; i < o.warmup; i++) {
       const t0 = now();
@@ -381,7 +416,6 @@ async function tprpcPipeline(o: Opts): Promise<{ ms: number; coldMs: number; los
       gcs.push([w, theirs.gcs]);
     }
     rpc.profiler.clear();
-    await rpc.shutdown({ timeoutMs: 10_000 });
     return {
       ms: median(times) * 1e3,
       coldMs: cold.length ? median(cold) * 1e3 : Number.NaN,
@@ -389,25 +423,19 @@ async function tprpcPipeline(o: Opts): Promise<{ ms: number; coldMs: number; los
       breakdown: { ...breakdown(stepMs, byCaller), cpu, wallMsPerStep, steps: o.steps, records: byCaller, gcs },
     };
   } finally {
-    await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
-    // NB: a worker writes its --cpu-prof profile as it exits: let it leave on its own before close() kills it
-    if (o.cpuProfDir)
-      await Promise.race([
-        Promise.all(cluster.workers.map((w) => w.exited)),
-        new Promise((r) => setTimeout(r, 20_000).unref()),
-      ]);
-    await cluster.close();
+    await close();
   }
 }
 
 /** The same model, batch and optimizer unsplit in this process: median ms per step. */
-function unsplit(o: Opts): number {
+/** One step of the unsplit model in this process (notebook 04's last comparison), built afresh. */
+function unsplitStepper(o: Opts): () => void {
   setNumThreads(o.threads);
   manualSeed(MODEL_SEED);
   const model = new nn.GPT(CONFIG);
   const opt = new optim.AdamW(model.parameters(), ADAMW);
   manualSeed(0);
-  const step = (): void => {
+  return (): void => {
     const x = randint(0, CONFIG.vocabSize, [BATCH, BLOCK]);
     const y = randint(0, CONFIG.vocabSize, [BATCH, BLOCK]);
     opt.zeroGrad();
@@ -415,6 +443,10 @@ function unsplit(o: Opts): number {
     loss!.backward();
     opt.step();
   };
+}
+
+function unsplit(o: Opts): number {
+  const step = unsplitStepper(o);
   for (let i = 0; i < o.warmup; i++) step();
   const times: number[] = [];
   for (let i = 0; i < o.steps; i++) {
@@ -441,6 +473,147 @@ function torchTwin(
   const m = re.exec(r.stdout ?? "");
   if (r.status !== 0 || !m) return `exited ${r.status}: ${(r.stderr ?? "").trim().slice(-300)}`;
   return { value: Number(m[1]), header: /^# (.*)$/m.exec(r.stdout)?.[1] ?? "" };
+}
+
+/** --gpt-interleave: each side's step times (ms) per block, in the order they ran, the untimed first one included. */
+interface Interleaved {
+  blocks: { ours: number[]; alone: number[]; torch: number[] }[];
+  header: string;
+  loss: { ours: number; torch: number };
+}
+
+/**
+ * The pipelined GPT, its unsplit run and its PyTorch RPC twin in alternating blocks of `k` steps, `n`
+ * blocks each, so all three meet the same phases of the machine (on these VMs its speed moves in phases of
+ * seconds, more than the differences measured). The twin runs as torch_gpt_pipeline.py --serve; its whole
+ * group is stopped (SIGSTOP) outside its blocks, because TensorPipe's idle threads poll and would take
+ * CPU from tprpc's blocks, and tprpc's idle processes sleep. Each side warms up first, one after the
+ * other (o.warmup steps), and the order within a block rotates. An error or a reference that does not
+ * answer within `timeoutMs` per block ends the twin's group; the reason comes back as a string.
+ */
+async function interleavedGpt(o: Opts, n: number, k: number, timeoutMs: number): Promise<Interleaved | string> {
+  const root = repoRoot();
+  if (!root) return "the repository root was not found";
+  const python = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
+  const file = path.join(root, "bench", "reference", "torch_gpt_pipeline.py");
+  const args = ["--warmup", `${o.warmup}`, "--micro", `${o.micro}`, "--threads", `${o.threads}`, "--serve"];
+  const twin = spawnGroup(python, [file, ...args]);
+  let stderr = "";
+  twin.child.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
+  const lines: string[] = [];
+  let wake: (() => void) | null = null;
+  let exited: string | null = null;
+  const rl = createInterface({ input: twin.child.stdout });
+  rl.on("line", (l) => {
+    lines.push(l);
+    wake?.();
+  });
+  twin.child.on("error", (e) => {
+    exited = `${python}: ${e.message}`;
+    wake?.();
+  });
+  twin.child.on("exit", (code, sig) => {
+    exited = `exited ${sig ?? code}: ${stderr.trim().slice(-300)}`;
+    wake?.();
+  });
+  // NB: one waiter at a time: the bench asks and then reads, in turn
+  const nextLine = async (re: RegExp, what: string): Promise<RegExpExecArray> => {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const i = lines.findIndex((l) => re.test(l));
+      if (i >= 0) return re.exec(lines.splice(0, i + 1)[i]!)!;
+      if (exited !== null) throw new Error(exited);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`no ${what} within ${timeoutMs / 1000} s (its process group was killed)`);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, left);
+        wake = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+      wake = null;
+    }
+  };
+  let pipe: Pipeline | null = null;
+  try {
+    await nextLine(/^ready$/, "ready line after the warm-up");
+    twin.signal("SIGSTOP");
+    const header = /^# (.*)$/.exec(lines.find((l) => l.startsWith("# ")) ?? "")?.[1] ?? "";
+    pipe = await openPipeline(o);
+    for (let i = 0; i < o.warmup; i++) await pipe.step();
+    const alone = unsplitStepper(o);
+    for (let i = 0; i < o.warmup; i++) alone();
+    const out: Interleaved = { blocks: [], header, loss: { ours: Number.NaN, torch: Number.NaN } };
+    // NB: k + 1 steps per block on every side; the first is left out of the figures (a side that was idle or
+    // stopped wakes up in it) and its time is printed apart
+    const timed = async (f: () => unknown): Promise<number[]> => {
+      const times: number[] = [];
+      for (let i = 0; i <= k; i++) {
+        const t0 = now();
+        await f();
+        times.push((now() - t0) * 1e3);
+      }
+      return times;
+    };
+    for (let b = 0; b < n; b++) {
+      const block = { ours: [] as number[], alone: [] as number[], torch: [] as number[] };
+      const sides = [
+        async () => {
+          let loss = 0;
+          block.ours = await timed(async () => (loss = await pipe!.step()));
+          out.loss.ours = loss;
+        },
+        async () => (block.alone = await timed(alone)),
+        async () => {
+          twin.signal("SIGCONT");
+          twin.child.stdin.write(`run ${k + 1}\n`);
+          const m = await nextLine(/^block ([\d.,]+) loss ([\d.]+)$/, "block");
+          twin.signal("SIGSTOP");
+          block.torch = m[1]!.split(",").map(Number);
+          out.loss.torch = Number(m[2]);
+        },
+      ];
+      for (let j = 0; j < sides.length; j++) await sides[(b + j) % sides.length]!();
+      out.blocks.push(block);
+    }
+    return out;
+  } catch (e) {
+    return (e as Error).message;
+  } finally {
+    rl.close();
+    if (pipe) await pipe.close();
+    twin.signal("SIGCONT");
+    if (exited === null) {
+      twin.child.stdin.end("quit\n");
+      const gone = new Promise((r) => twin.child.once("exit", r));
+      await Promise.race([gone, new Promise((r) => setTimeout(r, 30_000).unref())]);
+    }
+    twin.signal("SIGKILL"); // whatever of the group is left (none after a clean exit)
+  }
+}
+
+/** The --gpt-interleave lines: each side's median step, and the ratios per block and overall. */
+function interleavedLines(r: Interleaved, k: number): string[] {
+  // NB: a block's figures leave out its first step (interleavedGpt)
+  const med = (xs: number[]): number => median(xs.slice(1));
+  const all = (key: "ours" | "alone" | "torch"): number[] => r.blocks.flatMap((b) => b[key].slice(1));
+  const firsts = (key: "ours" | "alone" | "torch"): string =>
+    `${median(r.blocks.map((b) => b[key][0]! / med(b[key]))).toFixed(2)}x`;
+  const perBlock = (f: (b: Interleaved["blocks"][number]) => number): string => {
+    const xs = r.blocks.map(f);
+    return `${xs.map((x) => x.toFixed(2) + "x").join(", ")} (median ${median(xs).toFixed(2)}x)`;
+  };
+  const ours = median(all("ours"));
+  const alone = median(all("alone"));
+  const torch = median(all("torch"));
+  return [
+    `  interleaved: ${r.blocks.length} blocks of 1 + ${k} steps per side, the sides in turn (PyTorch RPC's processes stopped outside its blocks)`,
+    `    tprpc ${ours.toFixed(1)} ms/step (${fmtTok(ours)}), unsplit ${alone.toFixed(1)}, PyTorch RPC ${torch.toFixed(1)} (${fmtTok(torch)}); losses ${r.loss.ours.toFixed(4)} / ${r.loss.torch.toFixed(4)}`,
+    `    vs PyTorch RPC ${(torch / ours).toFixed(2)}x over all steps; per block ${perBlock((b) => med(b.torch) / med(b.ours))}`,
+    `    vs unsplit ${(alone / ours).toFixed(2)}x over all steps; per block ${perBlock((b) => med(b.alone) / med(b.ours))}`,
+    `    each block's first step, left out above, against the block's median (median over blocks): tprpc ${firsts("ours")}, unsplit ${firsts("alone")}, PyTorch RPC ${firsts("torch")}`,
+  ];
 }
 
 const tokensPerS = (ms: number): number => (BATCH * BLOCK) / (ms / 1e3);
@@ -485,6 +658,10 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   // GPT columns N times, one after another, and prints every round's ratios and their medians
   const gptRounds = Math.max(1, Math.floor(num("--gpt-rounds", 1)));
   const gptRuns: { ours: number; alone: number; torch: number | null }[] = [];
+  // NB: --gpt-interleave N: the three GPT columns once more, in N alternating blocks (interleavedGpt)
+  const interleave = Math.max(0, Math.floor(num("--gpt-interleave", 0)));
+  const blockSteps = Math.max(1, Math.floor(num("--block-steps", 4)));
+  let interleaved: Interleaved | string | null = null;
   let a3c: Awaited<ReturnType<typeof tprpcA3c>>;
   let torchA3c: ReturnType<typeof torchTwin>;
   try {
@@ -525,6 +702,12 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
       const aloneAgain = unsplit(o);
       const t = torchGpt();
       gptRuns.push({ ours: again.ms, alone: aloneAgain, torch: typeof t === "string" ? null : t.value });
+    }
+    if (interleave > 0 && !noTorch) {
+      process.stderr.write(
+        `[bench --e2e] pipelined GPT interleaved: ${interleave} blocks of ${blockSteps} steps per side ...\n`,
+      );
+      interleaved = await interleavedGpt(o, interleave, blockSteps, bound);
     }
     process.stderr.write("[bench --e2e] FedAvg: tprpc ...\n");
     fedavg = await tprpcFedAvg(rounds, o.threads);
@@ -577,6 +760,12 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
         `vs PyTorch RPC ${vsTorch.length ? list(vsTorch) : "-"}; vs unsplit ${list(gptRuns.map((r) => r.alone / r.ours))}`,
     );
   }
+  if (interleaved !== null)
+    out.push(
+      ...(typeof interleaved === "string"
+        ? [`  interleaved: PyTorch RPC unavailable — ${interleaved}`]
+        : interleavedLines(interleaved, blockSteps)),
+    );
   out.push("");
   const bd = ours.breakdown;
   out.push(`${cpuLine(bd)}; unsplit's whole step ${alone.toFixed(1)} ms`);

@@ -10,7 +10,7 @@
  * another: on the 2-core Intel VM, PyTorch RPC's 4 MB round trip beside 2 busy processes took 3.7-7.7 ms
  * started with setsid and 20-22 ms started in the bench's session, as tprpc's processes are.
  */
-import { type SpawnSyncReturns, spawnSync } from "node:child_process";
+import { type ChildProcessWithoutNullStreams, type SpawnSyncReturns, spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 
 // NB: perl (perl-base, which Debian marks essential) is the one everyday program that can call
@@ -52,4 +52,38 @@ export function spawnInGroup(
     }
   }
   return Object.assign(r, { timedOut, error: timedOut ? undefined : r.error });
+}
+
+/** A program running in a process group of its own (spawnGroup), with its stdio piped. */
+export interface GroupChild {
+  readonly child: ChildProcessWithoutNullStreams;
+  /** Sends `signal` to the whole group (SIGSTOP and SIGCONT pause and resume it); false once it is gone. */
+  signal(signal: NodeJS.Signals): boolean;
+}
+
+/**
+ * spawn (not spawnSync) of `program` in a process group of its own, as spawnInGroup starts it, for a
+ * reference the bench talks to while it runs (torch_gpt_pipeline.py --serve). The caller ends it; its
+ * signal("SIGKILL") ends the program and every process it started.
+ */
+export function spawnGroup(program: string, args: readonly string[]): GroupChild {
+  const mode = groupMode();
+  const child =
+    mode === "pgid"
+      ? spawn(PERL, ["-e", PGRP_EXEC, program, ...args])
+      : mode === "session"
+        ? spawn("/usr/bin/setsid", [program, ...args])
+        : spawn(program, args);
+  return {
+    child,
+    signal(sig) {
+      if (!child.pid) return false;
+      try {
+        process.kill(mode === "none" ? child.pid : -child.pid, sig);
+        return true;
+      } catch {
+        return false; // ESRCH: the group is gone
+      }
+    },
+  };
 }

@@ -4,7 +4,7 @@
 # stage1.remote().forward(x) -> stage2.rpc_async().forward(rref, y) without waiting; then
 # dist_autograd.backward and a DistributedOptimizer(AdamW) step, inside one dist_autograd context.
 #
-#   /usr/bin/python3 bench/reference/torch_gpt_pipeline.py [--steps 30] [--micro 4] [--threads 1] [--warmup 60]
+#   /usr/bin/python3 bench/reference/torch_gpt_pipeline.py [--steps 30] [--micro 4] [--threads 1] [--warmup 60] [--serve]
 #
 # Model: bench/gpt_step_torch.py's GPT (vocab 70, 4 layers, 128 wide, 4 heads, block 64, untied), layers 0-1 plus the
 # embeddings on worker1, layers 2-3 plus ln_f and the head on worker2, seeded alike (manual_seed(1234) before the
@@ -90,6 +90,9 @@ def run_master(args):
             opt.step(ctx)
         return loss.item()
 
+    if args.serve:
+        serve(args, step)
+        return
     cold = []
     for i in range(args.warmup):
         t0 = time.perf_counter()
@@ -108,12 +111,35 @@ def run_master(args):
     print(f"pipeline gpt: {med * 1e3:.2f} ms/step, {B * T / med:.1f} tokens/s, loss {loss:.4f}", flush=True)
 
 
+def serve(args, step):
+    """--serve (bench/e2e.ts --gpt-interleave): the warm-up, then blocks of steps on command, so the bench can
+    alternate them with tprpc's in one time window. Reads "run K" lines from stdin and answers each with
+    "block <ms>,<ms>,... loss <last>"; "quit" or the end of stdin ends it. Between blocks the bench stops the
+    whole group (SIGSTOP), as TensorPipe's idle threads poll and would take CPU from tprpc's blocks."""
+    for _ in range(args.warmup):
+        step()
+    print(f"# torch {torch.__version__}, {args.threads} thread(s) per process, micro-batches {args.micro}, "
+          f"blocks on command after {args.warmup} warm-up steps", flush=True)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            break
+        times, loss = [], 0.0
+        for _ in range(int(cmd[1])):
+            t0 = time.perf_counter()
+            loss = step()
+            times.append(time.perf_counter() - t0)
+        print("block " + ",".join(f"{t * 1e3:.3f}" for t in times) + f" loss {loss:.4f}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=60)
     p.add_argument("--micro", type=int, default=4)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--serve", action="store_true", help="blocks of steps on command from stdin (see serve())")
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()

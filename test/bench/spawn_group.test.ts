@@ -1,10 +1,12 @@
 /**
  * bench/spawn_group.ts spawnInGroup: a reference benchmark that outlives its bound is ended with every
  * process it started (issue 23: a timed-out torch_rpc.py used to leave its rank-1 child running).
+ * spawnGroup: a reference the bench talks to (torch_gpt_pipeline.py --serve) is paused, resumed and
+ * ended as a whole group, its children included.
  */
 import fs from "node:fs";
 import { describe, expect, it } from "vitest";
-import { groupMode, spawnInGroup } from "../../bench/spawn_group.js";
+import { groupMode, spawnGroup, spawnInGroup } from "../../bench/spawn_group.js";
 
 const alive = (pid: number): boolean => {
   try {
@@ -13,6 +15,23 @@ const alive = (pid: number): boolean => {
   } catch {
     return false;
   }
+};
+
+/** The state letter of /proc/<pid>/stat (R, S, T for stopped, ...), or null once the process is gone. */
+const state = (pid: number): string | null => {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0]!;
+  } catch {
+    return null;
+  }
+};
+
+/** Polls until `f` holds, for at most 5 s; whether it did. */
+const until = async (f: () => boolean): Promise<boolean> => {
+  const deadline = Date.now() + 5_000;
+  while (!f() && Date.now() < deadline) await new Promise((res) => setTimeout(res, 20));
+  return f();
 };
 
 /** pid, process group and session of a /proc/<pid>/stat line (the name in parentheses may hold spaces). */
@@ -57,5 +76,36 @@ describe.skipIf(groupMode() === "none")("spawnInGroup", () => {
     const r = spawnInGroup("/nonexistent/tprpc-no-such-program", [], 10_000);
     expect(r.timedOut).toBe(false);
     expect(r.error !== undefined || (r.status !== 0 && /No such file/.test(r.stderr))).toBe(true);
+  });
+});
+
+describe.skipIf(groupMode() === "none")("spawnGroup", () => {
+  it("stops, resumes and kills the program with its children", async () => {
+    // NB: the shell starts a child of its own (as torch_gpt_pipeline.py's master starts its ranks), prints its
+    // pid, then echoes its input lines back
+    const g = spawnGroup("/bin/sh", ["-c", 'sleep 60 & echo $!; while read l; do echo "got $l"; done']);
+    const out: string[] = [];
+    g.child.stdout.on("data", (d: Buffer) => out.push(...d.toString().split("\n").filter(Boolean)));
+    const exited = new Promise((res) => g.child.once("exit", res));
+    try {
+      expect(await until(() => out.length >= 1)).toBe(true);
+      const child = Number(out[0]);
+      const shell = g.child.pid!;
+      expect(g.signal("SIGSTOP")).toBe(true);
+      expect(await until(() => state(shell) === "T" && state(child) === "T")).toBe(true);
+      g.child.stdin.write("one\n");
+      await new Promise((res) => setTimeout(res, 200));
+      expect(out).toEqual([String(child)]); // stopped: the line waits
+      expect(g.signal("SIGCONT")).toBe(true);
+      expect(await until(() => out.includes("got one"))).toBe(true);
+      expect(state(child)).not.toBe("T");
+      expect(g.signal("SIGKILL")).toBe(true);
+      expect(await until(() => state(shell) === null || state(shell) === "Z")).toBe(true);
+      expect(await until(() => state(child) === null)).toBe(true);
+      await exited;
+      expect(g.signal("SIGCONT")).toBe(false); // the group is gone
+    } finally {
+      g.signal("SIGKILL");
+    }
   });
 });
