@@ -1,11 +1,15 @@
 # The PyTorch side of bench/gpt_step.ts: the same small character GPT (nanoGPT-style, pre-LayerNorm,
 # exact GELU, untied head), batch 32 x 64, forward + cross entropy + backward + AdamW, one thread.
 # Prints ms/step (median over the timed steps), tokens/s and process CPU time per step. Run: /usr/bin/python3 bench/gpt_step_torch.py
-import math, statistics, sys, time
+import math, os, statistics, sys, time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))
+from blas_threads import pin_blas_threads  # noqa: E402
+
+pin_blas_threads()  # NB: before torch loads its BLAS (this script runs on one thread)
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def arg(name, default):

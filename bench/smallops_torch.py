@@ -2,13 +2,18 @@
 # micro-batches, A3C actor updates with a local server), run on command so the two sides interleave.
 # Protocol on stdin/stdout, one line each: "setup NAME WARMUP" -> "ok"; "run NAME N" -> {"ms": wall, "cpu": process CPU, "n": units}.
 # Run: /usr/bin/python3 bench/smallops_torch.py THREADS
-import json, math, random, sys, time
+import json, math, os, random, sys, time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))
+from blas_threads import pin_blas_threads  # noqa: E402
 
-torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+THREADS = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+pin_blas_threads(THREADS)  # NB: before torch loads its BLAS
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+torch.set_num_threads(THREADS)
 
 
 def fedavg():

@@ -9,6 +9,9 @@
 import argparse, statistics, sys, time
 
 sys.dont_write_bytecode = True
+from blas_threads import pin_blas_threads  # noqa: E402
+
+pin_blas_threads()  # NB: before torch loads its BLAS
 import torch  # noqa: E402
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.nn as nn  # noqa: E402

@@ -17,6 +17,9 @@ import argparse, os, statistics, sys, threading, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from blas_threads import pin_blas_threads  # noqa: E402
+
+pin_blas_threads()  # NB: before torch loads its BLAS
 import torch  # noqa: E402
 import torch.distributed.autograd as dist_autograd  # noqa: E402
 import torch.distributed.rpc as rpc  # noqa: E402
