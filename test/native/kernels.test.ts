@@ -731,6 +731,36 @@ describe.skipIf(skip !== null)(
       expect(() => n.maskedSoftmax(view(x), view(rand([3, 2], "bool", 2)), 1, view(like(x)))).toThrow(TypeError);
     });
 
+    it("maskedSoftmax with a causal mask: zeros past the span exactly, and a NaN or +inf in it makes the whole row NaN", () => {
+      // NB: float32 rows skip the columns outside their mask row's unmasked span; the composite writes exp(-inf) = 0
+      // there, and NaN once the row's sum is NaN
+      for (const T of [5, 64]) {
+        const x = rand([2, 2, T, T], "float32", 170, -6, 6);
+        const xd = x.storage.data as Float32Array;
+        xd[T * 3 + 1] = NaN; // row 3, column 1: unmasked
+        xd[T * (T + 2) + 0] = Infinity; // second head's row 2, column 0: unmasked
+        xd[T * 1 + 4] = NaN; // row 1, column 4: masked (the future), so no effect
+        const mask = Tensor.empty([T, T], "bool");
+        const md = mask.storage.data as Uint8Array;
+        for (let t = 0; t < T; t++) for (let j = 0; j < T; j++) md[t * T + j] = j > t ? 1 : 0;
+        const got = like(x);
+        (got.storage.data as Float32Array).fill(7); // every element must be written
+        const want = like(x);
+        n.maskedSoftmax(view(x), view(mask), Math.sqrt(32), view(got));
+        ref.maskedSoftmax(x, mask, Math.sqrt(32), want);
+        close(got, want, 4e-6, 1e-30);
+        const g = got.storage.data as Float32Array;
+        for (const row of [3, T + 2]) for (let j = 0; j < T; j++) expect(g[row * T + j]).toBeNaN();
+        for (let j = 2; j < T; j++) expect(g[T + j]).toBe(0); // row 1 past its span, the masked NaN included
+        for (let t = 0; t < T; t++)
+          if (t !== 3 && t !== 2) {
+            let sum = 0;
+            for (let j = 0; j <= t; j++) sum += g[t * T + j]!;
+            expect(Math.abs(sum - 1)).toBeLessThan(1e-5);
+          }
+      }
+    });
+
     it("adamStep equals the reference backend exactly: AdamW, Adam with L2, amsgrad, maximize, specials", () => {
       for (const dtype of ["float32", "float64"] as const)
         for (const [decay, l2, amsgrad, maximize] of [

@@ -149,9 +149,17 @@ Napi::Value Softmax(const Napi::CallbackInfo& info) {
 // last dim of a contiguous x [..., T, S]; mask (uint8, true = masked) is a contiguous [T, S] matrix
 // shared by every leading index. Each row is written divided and masked into out first, then
 // normalised in place by the row kernels above, so the result equals the three-op composite.
+//
+// Float32 rows work on their mask row's span [lo, hi), from its first unmasked column to its last (`spans`,
+// one pair per mask row; a causal mask's row t is [0, t + 1)): outside it every element is exp(-inf) = 0
+// in the composite too, so it is written 0 without the divide, the exp and the sum (half of the work of a
+// causal mask). A row whose span holds a NaN (or an unmasked +inf, which makes one) is NaN throughout, as
+// the composite's 0 * (1 / NaN) makes its masked elements; a fully masked row (empty span) goes whole
+// through the row kernels, which make it NaN as the composite does.
 template <typename T>
 __attribute__((always_inline)) inline void MaskedSoftmaxRows(const T* x, const uint8_t* mask, double divisor, T* y,
-                                                             int64_t rows, int64_t T_, int64_t S) {
+                                                             int64_t rows, int64_t T_, int64_t S,
+                                                             const int64_t* spans) {
   const T d = static_cast<T>(divisor);
   const vmath::F32Kernels& vk = vmath::F32();
   for (int64_t r = 0; r < rows; ++r) {
@@ -159,8 +167,10 @@ __attribute__((always_inline)) inline void MaskedSoftmaxRows(const T* x, const u
     const uint8_t* mr = mask + (r % T_) * S;
     T* yr = y + r * S;
     if constexpr (std::is_same<T, float>::value) {
+      int64_t lo = spans[2 * (r % T_)], hi = spans[2 * (r % T_) + 1];
+      if (lo >= hi) lo = 0, hi = S;
       // NB: as bits, so that the loop vectorizes (GCC keeps `mask ? -inf : x / d` a branch per element)
-      for (int64_t j = 0; j < S; ++j) {
+      for (int64_t j = lo; j < hi; ++j) {
         const float q = xr[j] / d;
         uint32_t qb;
         std::memcpy(&qb, &q, 4);
@@ -168,7 +178,10 @@ __attribute__((always_inline)) inline void MaskedSoftmaxRows(const T* x, const u
         const uint32_t rb = (m & 0xFF800000u) | (~m & qb);  // -inf where masked
         std::memcpy(yr + j, &rb, 4);
       }
-      SoftmaxRowF32(vk, yr, yr, S, false);
+      SoftmaxRowF32(vk, yr + lo, yr + lo, hi - lo, false);
+      const float outside = std::isnan(yr[lo]) ? NAN : 0.0f;
+      std::fill(yr, yr + lo, outside);
+      std::fill(yr + hi, yr + S, outside);
     } else {
       for (int64_t j = 0; j < S; ++j) yr[j] = mr[j] ? static_cast<T>(-INFINITY) : xr[j] / d;
       SoftmaxRowStrided<T>(yr, 1, yr, 1, S, false);
@@ -178,8 +191,8 @@ __attribute__((always_inline)) inline void MaskedSoftmaxRows(const T* x, const u
 
 // The float32 rows compiled for AVX2 too (TPRPC_AVX2_CLONES), for the divide-and-mask loop.
 TPRPC_AVX2_CLONES void MaskedSoftmaxF32(const float* x, const uint8_t* mask, double divisor, float* y, int64_t rows,
-                                        int64_t T_, int64_t S) {
-  MaskedSoftmaxRows<float>(x, mask, divisor, y, rows, T_, S);
+                                        int64_t T_, int64_t S, const int64_t* spans) {
+  MaskedSoftmaxRows<float>(x, mask, divisor, y, rows, T_, S, spans);
 }
 
 Napi::Value MaskedSoftmax(const Napi::CallbackInfo& info) {
@@ -196,10 +209,21 @@ Napi::Value MaskedSoftmax(const Napi::CallbackInfo& info) {
   if (mask.dtype != DType::U8 || mask.ndim() != 2 || mask.shape[0] != T_ || mask.shape[1] != S || !mask.contiguous())
     ThrowType(env, "maskedSoftmax: mask must be a contiguous bool [T, S] matrix");
   const int64_t rows = S ? x.numel() / S : 0;
-  if (x.dtype == DType::F32)
-    MaskedSoftmaxF32(x.ptr<float>(), mask.ptr<uint8_t>(), divisor, out.ptr<float>(), rows, T_, S);
-  else
-    MaskedSoftmaxRows<double>(x.ptr<double>(), mask.ptr<uint8_t>(), divisor, out.ptr<double>(), rows, T_, S);
+  if (x.dtype == DType::F32) {
+    std::vector<int64_t> spans(2 * T_);  // per mask row: first unmasked column, last unmasked column + 1
+    const uint8_t* m = mask.ptr<uint8_t>();
+    for (int64_t t = 0; t < T_; ++t) {
+      const uint8_t* mr = m + t * S;
+      int64_t lo = 0, hi = S;
+      while (lo < S && mr[lo] != 0) ++lo;
+      while (hi > lo && mr[hi - 1] != 0) --hi;
+      spans[2 * t] = lo;
+      spans[2 * t + 1] = hi;
+    }
+    MaskedSoftmaxF32(x.ptr<float>(), m, divisor, out.ptr<float>(), rows, T_, S, spans.data());
+  } else {
+    MaskedSoftmaxRows<double>(x.ptr<double>(), mask.ptr<uint8_t>(), divisor, out.ptr<double>(), rows, T_, S, nullptr);
+  }
   return env.Undefined();
 }
 
