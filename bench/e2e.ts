@@ -319,7 +319,6 @@ const cpuLine = (bd: Breakdown): string =>
 const gcLine = (bd: Breakdown): string =>
   `  GCs over the ${bd.steps} timed steps (major / minor / other, pause ms per step): ${bd.cpu.map((c) => `${c.name} ${c.gc.major} / ${c.gc.minor} / ${c.gc.other}, ${(c.gc.pauseMs / bd.steps).toFixed(1)} ms`).join("; ")}`;
 
-/** tprpc's pipelined GPT: median ms per step, the last loss, and one profiled step's breakdown. */
 /** tprpc's pipelined GPT, set up: this process the master, two local workers each owning a stage. */
 interface Pipeline {
   /** One training step (all micro-batches, distributed backward, optimizer); its loss. */
@@ -374,6 +373,7 @@ async function openPipeline(o: Opts): Promise<Pipeline> {
   }
 }
 
+/** tprpc's pipelined GPT: median ms per step, the last loss, and one profiled step's breakdown. */
 async function tprpcPipeline(o: Opts): Promise<{ ms: number; coldMs: number; loss: number; breakdown: Breakdown }> {
   const { step, close } = await openPipeline(o);
   try {
@@ -427,7 +427,6 @@ async function tprpcPipeline(o: Opts): Promise<{ ms: number; coldMs: number; los
   }
 }
 
-/** The same model, batch and optimizer unsplit in this process: median ms per step. */
 /** One step of the unsplit model in this process (notebook 04's last comparison), built afresh. */
 function unsplitStepper(o: Opts): () => void {
   setNumThreads(o.threads);
@@ -445,6 +444,7 @@ function unsplitStepper(o: Opts): () => void {
   };
 }
 
+/** The same model, batch and optimizer unsplit in this process: median ms per step. */
 function unsplit(o: Opts): number {
   const step = unsplitStepper(o);
   for (let i = 0; i < o.warmup; i++) step();
@@ -483,13 +483,14 @@ interface Interleaved {
 }
 
 /**
- * The pipelined GPT, its unsplit run and its PyTorch RPC twin in alternating blocks of `k` steps, `n`
- * blocks each, so all three meet the same phases of the machine (on these VMs its speed moves in phases of
+ * The pipelined GPT, its unsplit run and its PyTorch RPC twin in alternating blocks of 1 + `k` steps
+ * (the first left out of the figures), `n` blocks each, so all three meet the same phases of the machine (on these VMs its speed moves in phases of
  * seconds, more than the differences measured). The twin runs as torch_gpt_pipeline.py --serve; its whole
  * group is stopped (SIGSTOP) outside its blocks, because TensorPipe's idle threads poll and would take
  * CPU from tprpc's blocks, and tprpc's idle processes sleep. Each side warms up first, one after the
  * other (o.warmup steps), and the order within a block rotates. An error or a reference that does not
- * answer within `timeoutMs` per block ends the twin's group; the reason comes back as a string.
+ * answer within `timeoutMs` per block ends the twin's group; the reason comes back as a string (so does
+ * a failure on tprpc's side).
  */
 async function interleavedGpt(o: Opts, n: number, k: number, timeoutMs: number): Promise<Interleaved | string> {
   const root = repoRoot();
@@ -500,12 +501,15 @@ async function interleavedGpt(o: Opts, n: number, k: number, timeoutMs: number):
   const twin = spawnGroup(python, [file, ...args]);
   let stderr = "";
   twin.child.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
+  twin.child.stdin.on("error", () => undefined); // NB: EPIPE once it has gone: its exit says why
   const lines: string[] = [];
+  let header = "";
   let wake: (() => void) | null = null;
   let exited: string | null = null;
   const rl = createInterface({ input: twin.child.stdout });
   rl.on("line", (l) => {
-    lines.push(l);
+    if (l.startsWith("# ")) header = l.slice(2);
+    else lines.push(l);
     wake?.();
   });
   twin.child.on("error", (e) => {
@@ -539,7 +543,6 @@ async function interleavedGpt(o: Opts, n: number, k: number, timeoutMs: number):
   try {
     await nextLine(/^ready$/, "ready line after the warm-up");
     twin.signal("SIGSTOP");
-    const header = /^# (.*)$/.exec(lines.find((l) => l.startsWith("# ")) ?? "")?.[1] ?? "";
     pipe = await openPipeline(o);
     for (let i = 0; i < o.warmup; i++) await pipe.step();
     const alone = unsplitStepper(o);
@@ -609,6 +612,7 @@ function interleavedLines(r: Interleaved, k: number): string[] {
   const torch = median(all("torch"));
   return [
     `  interleaved: ${r.blocks.length} blocks of 1 + ${k} steps per side, the sides in turn (PyTorch RPC's processes stopped outside its blocks)`,
+    ...(r.header ? [`    PyTorch RPC: ${r.header}`] : []),
     `    tprpc ${ours.toFixed(1)} ms/step (${fmtTok(ours)}), unsplit ${alone.toFixed(1)}, PyTorch RPC ${torch.toFixed(1)} (${fmtTok(torch)}); losses ${r.loss.ours.toFixed(4)} / ${r.loss.torch.toFixed(4)}`,
     `    vs PyTorch RPC ${(torch / ours).toFixed(2)}x over all steps; per block ${perBlock((b) => med(b.torch) / med(b.ours))}`,
     `    vs unsplit ${(alone / ours).toFixed(2)}x over all steps; per block ${perBlock((b) => med(b.alone) / med(b.ours))}`,
@@ -705,7 +709,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
     }
     if (interleave > 0 && !noTorch) {
       process.stderr.write(
-        `[bench --e2e] pipelined GPT interleaved: ${interleave} blocks of ${blockSteps} steps per side ...\n`,
+        `[bench --e2e] pipelined GPT interleaved: ${interleave} blocks of 1 + ${blockSteps} steps per side ...\n`,
       );
       interleaved = await interleavedGpt(o, interleave, blockSteps, bound);
     }
@@ -763,7 +767,7 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   if (interleaved !== null)
     out.push(
       ...(typeof interleaved === "string"
-        ? [`  interleaved: PyTorch RPC unavailable — ${interleaved}`]
+        ? [`  interleaved: not measured — ${interleaved}`]
         : interleavedLines(interleaved, blockSteps)),
     );
   out.push("");
