@@ -19,6 +19,7 @@
 
 #include "cuda/ops.h"
 #include "errors.h"
+#include "napi_bigint.h"
 #include "gpu/block_tracker.h"
 #include "kernels/ops.h"
 
@@ -134,8 +135,7 @@ size_t g_emu_in_use = 0;
 constexpr double kEmuTotal = 16.0 * (1ull << 30);  // what memInfo reports as the device's size
 
 unsigned long long Addr(const Napi::Value& v) {
-  bool lossless = true;
-  return v.As<Napi::BigInt>().Uint64Value(&lossless);
+  return BigIntU64(v);
 }
 
 std::pair<uint8_t*, size_t> Bytes(const Napi::Value& v) {

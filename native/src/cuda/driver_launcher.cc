@@ -131,7 +131,7 @@ class DriverLauncher : public Launcher {
     PerDevice& d = Open(device);
     Check(api_->cuMemcpyDtoH(out, d.err, kErrorWords * sizeof(long long)), "cuMemcpyDtoH (error word)");
     if (out[0] != 0) {
-      const long long zero[kErrorWords] = {0, 0, 0, 0};
+      const long long zero[kErrorWords] = {};
       Check(api_->cuMemcpyHtoD(d.err, zero, sizeof zero), "cuMemcpyHtoD (error word)");
     }
   }
@@ -192,7 +192,7 @@ class DriverLauncher : public Launcher {
     if (d.module == nullptr) {
       Check(api_->cuModuleLoadData(&d.module, kTprpcFatbin), "cuModuleLoadData (the addon's fatbin)");
       Check(api_->cuMemAlloc(&d.err, kErrorWords * sizeof(long long)), "cuMemAlloc (error word)");
-      const long long zero[kErrorWords] = {0, 0, 0, 0};
+      const long long zero[kErrorWords] = {};
       Check(api_->cuMemcpyHtoD(d.err, zero, sizeof zero), "cuMemcpyHtoD (error word)");
     }
     return d;

@@ -149,7 +149,7 @@ class EmulatedLauncher : public Launcher {
   }
 
  private:
-  long long err_[kErrorWords] = {0, 0, 0, 0};
+  long long err_[kErrorWords] = {};
 };
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 
 #include "cuda/params.h"
+#include "napi_bigint.h"
 
 extern "C" void cblas_sgemm(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
                             int);
@@ -33,8 +34,7 @@ View ToView(const Napi::Value& value) {
   std::memset(&v, 0, sizeof v);
   if (value.IsNull() || value.IsUndefined()) return v;  // ptr 0: absent
   auto o = value.As<Napi::Object>();
-  bool lossless = true;
-  v.ptr = o.Get("ptr").As<Napi::BigInt>().Uint64Value(&lossless);
+  v.ptr = BigIntU64(o.Get("ptr"));
   v.offset = o.Get("offset").As<Napi::Number>().Int64Value();
   v.dtype = o.Get("dtype").As<Napi::Number>().Int32Value();
   auto shape = o.Get("shape").As<Napi::Array>();
@@ -290,7 +290,7 @@ void Dispatcher::IndexLaunched(int device) {
 void Dispatcher::CheckErrors(int device) {
   if (device < 0 || index_pending_.size() <= static_cast<size_t>(device) || !index_pending_[device]) return;
   index_pending_[device] = false;
-  long long e[kErrorWords] = {0, 0, 0, 0};
+  long long e[kErrorWords] = {};
   launcher_->TakeError(device, e);
   if (e[0] != 0)
     throw IndexOutOfRange("index " + std::to_string(e[1]) + " is out of bounds for dimension " + std::to_string(e[2]) +

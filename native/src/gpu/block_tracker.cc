@@ -5,6 +5,7 @@
 #include <string>
 
 #include "errors.h"
+#include "napi_bigint.h"
 
 namespace tprpc {
 namespace gpu {
@@ -58,16 +59,12 @@ BlockTracker::Swept BlockTracker::Sweep(Napi::Env env) {
 
 namespace {
 
-uint64_t U64(const Napi::Value& v) {
-  bool lossless = true;
-  return v.As<Napi::BigInt>().Uint64Value(&lossless);
-}
 
 Napi::Value TrackBlock(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto* t = static_cast<BlockTracker*>(info.Data());
   if (!info[0].IsObject()) ThrowNative(env, "EINVAL", 0, "trackBlock: the owner must be an object");
-  t->Track(env, info[0], info[1].As<Napi::Number>().Int32Value(), U64(info[2]),
+  t->Track(env, info[0], info[1].As<Napi::Number>().Int32Value(), BigIntU64(info[2]),
            static_cast<size_t>(info[3].As<Napi::Number>().Int64Value()));
   return env.Undefined();
 }

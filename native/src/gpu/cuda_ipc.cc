@@ -17,6 +17,7 @@
 #include <string>
 
 #include "errors.h"
+#include "napi_bigint.h"
 #include "gpu/caching_allocator.h"
 #include "gpu/cuda_memory.h"
 
@@ -25,13 +26,9 @@ namespace gpu {
 namespace {
 
 int Dev(const Napi::Value& v) { return v.As<Napi::Number>().Int32Value(); }
-uint64_t U64(const Napi::Value& v) {
-  bool lossless = true;
-  return v.As<Napi::BigInt>().Uint64Value(&lossless);
-}
 template <typename T>
 T* Handle(const Napi::Value& v) {
-  return reinterpret_cast<T*>(static_cast<uintptr_t>(U64(v)));
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(BigIntU64(v)));
 }
 Napi::BigInt Big(Napi::Env env, uint64_t v) { return Napi::BigInt::New(env, v); }
 template <typename T>
@@ -64,7 +61,8 @@ Napi::Value IpcAddressRange(const Napi::CallbackInfo& info) {
   const CudaDriver& d = MakeCurrent(env, Dev(info[0]));
   CUdeviceptr base = 0;
   size_t size = 0;
-  Check(env, d, d.cuMemGetAddressRange(&base, &size, static_cast<CUdeviceptr>(U64(info[1]))), "cuMemGetAddressRange");
+  Check(env, d, d.cuMemGetAddressRange(&base, &size, static_cast<CUdeviceptr>(BigIntU64(info[1]))),
+        "cuMemGetAddressRange");
   auto o = Napi::Object::New(env);
   o.Set("base", Big(env, base));
   o.Set("size", Napi::Number::New(env, static_cast<double>(size)));
@@ -77,7 +75,7 @@ Napi::Value IpcGetMemHandle(const Napi::CallbackInfo& info) {
   const CudaDriver& d = MakeCurrent(env, Dev(info[0]));
   CUipcMemHandle h;
   std::memset(&h, 0, sizeof h);
-  Check(env, d, d.cuIpcGetMemHandle(&h, static_cast<CUdeviceptr>(U64(info[1]))), "cuIpcGetMemHandle");
+  Check(env, d, d.cuIpcGetMemHandle(&h, static_cast<CUdeviceptr>(BigIntU64(info[1]))), "cuIpcGetMemHandle");
   return Napi::Buffer<char>::Copy(env, h.reserved, sizeof h.reserved);
 }
 
@@ -95,7 +93,7 @@ Napi::Value IpcOpenMemHandle(const Napi::CallbackInfo& info) {
 Napi::Value IpcCloseMemHandle(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const CudaDriver& d = MakeCurrent(env, Dev(info[0]));
-  Check(env, d, d.cuIpcCloseMemHandle(static_cast<CUdeviceptr>(U64(info[1]))), "cuIpcCloseMemHandle");
+  Check(env, d, d.cuIpcCloseMemHandle(static_cast<CUdeviceptr>(BigIntU64(info[1]))), "cuIpcCloseMemHandle");
   return env.Undefined();
 }
 

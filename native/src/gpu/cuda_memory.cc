@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "napi_bigint.h"
 #include "gpu/block_tracker.h"
 #include "gpu/caching_allocator.h"
 #include "gpu/host_allocator.h"
@@ -46,11 +47,7 @@ std::unique_ptr<HostAllocator> g_host;
 
 int Dev(const Napi::Value& v) { return v.As<Napi::Number>().Int32Value(); }
 size_t Size(const Napi::Value& v) { return static_cast<size_t>(v.As<Napi::Number>().Int64Value()); }
-uint64_t U64(const Napi::Value& v) {
-  bool lossless = true;
-  return v.As<Napi::BigInt>().Uint64Value(&lossless);
-}
-CUstream StreamOf(const Napi::Value& v) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(U64(v))); }
+CUstream StreamOf(const Napi::Value& v) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(BigIntU64(v))); }
 std::pair<uint8_t*, size_t> Bytes(const Napi::Value& v) {
   auto view = v.As<Napi::TypedArray>();
   return {static_cast<uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset(), view.ByteLength()};
@@ -105,7 +102,7 @@ Napi::Value CachingAlloc(const Napi::CallbackInfo& info) {
 Napi::Value CachingFree(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CachingAllocator& a = AllocatorOf(env, Dev(info[0]));
-  Guard(env, [&] { a.Free(static_cast<CUdeviceptr>(U64(info[1]))); });
+  Guard(env, [&] { a.Free(static_cast<CUdeviceptr>(BigIntU64(info[1]))); });
   return env.Undefined();
 }
 
@@ -118,7 +115,7 @@ void FreeTracked(Napi::Env env, int device, uint64_t ptr) {
 Napi::Value RecordStream(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CachingAllocator& a = AllocatorOf(env, Dev(info[0]));
-  Guard(env, [&] { a.RecordStream(static_cast<CUdeviceptr>(U64(info[1])), StreamOf(info[2])); });
+  Guard(env, [&] { a.RecordStream(static_cast<CUdeviceptr>(BigIntU64(info[1])), StreamOf(info[2])); });
   return env.Undefined();
 }
 
@@ -297,7 +294,7 @@ Napi::Value CopyHtoDAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const int device = Dev(info[0]);
   const CudaDriver& d = MakeCurrent(env, device);
-  CUdeviceptr dst = static_cast<CUdeviceptr>(U64(info[1]) + Size(info[2]));
+  CUdeviceptr dst = static_cast<CUdeviceptr>(BigIntU64(info[1]) + Size(info[2]));
   auto [src, n] = Bytes(info[3]);
   CUstream s = StreamOf(info[4]);
   const bool blocking = info[5].ToBoolean().Value();
@@ -326,7 +323,7 @@ Napi::Value CopyDtoHAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const int device = Dev(info[0]);
   const CudaDriver& d = MakeCurrent(env, device);
-  CUdeviceptr src = static_cast<CUdeviceptr>(U64(info[1]) + Size(info[2]));
+  CUdeviceptr src = static_cast<CUdeviceptr>(BigIntU64(info[1]) + Size(info[2]));
   auto [dst, n] = Bytes(info[3]);
   CUstream s = StreamOf(info[4]);
   const bool blocking = info[5].ToBoolean().Value();
@@ -365,7 +362,7 @@ Napi::Value CopyDtoHAsync(const Napi::CallbackInfo& info) {
 Napi::Value MemsetAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const CudaDriver& d = MakeCurrent(env, Dev(info[0]));
-  CUdeviceptr dst = static_cast<CUdeviceptr>(U64(info[1]) + Size(info[2]));
+  CUdeviceptr dst = static_cast<CUdeviceptr>(BigIntU64(info[1]) + Size(info[2]));
   auto value = static_cast<unsigned char>(info[3].As<Napi::Number>().Uint32Value());
   Guard(env, [&] { CuCheck(d, d.cuMemsetD8Async(dst, value, Size(info[4]), StreamOf(info[5])), "cuMemsetD8Async"); });
   return env.Undefined();
@@ -375,8 +372,8 @@ Napi::Value MemsetAsync(const Napi::CallbackInfo& info) {
 Napi::Value CopyDtoDAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const CudaDriver& d = MakeCurrent(env, Dev(info[0]));
-  CUdeviceptr src = static_cast<CUdeviceptr>(U64(info[1]) + Size(info[2]));
-  CUdeviceptr dst = static_cast<CUdeviceptr>(U64(info[3]) + Size(info[4]));
+  CUdeviceptr src = static_cast<CUdeviceptr>(BigIntU64(info[1]) + Size(info[2]));
+  CUdeviceptr dst = static_cast<CUdeviceptr>(BigIntU64(info[3]) + Size(info[4]));
   CUstream s = StreamOf(info[6]);
   Guard(env, [&] {
     CuCheck(d, d.cuMemcpyDtoDAsync(dst, src, Size(info[5]), s), "cuMemcpyDtoDAsync");

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "napi_bigint.h"
 #include "gpu/cuda_memory.h"
 #include "gpu/gpu_api.h"
 
@@ -222,8 +223,7 @@ void Check(Napi::Env env, const CudaDriver& d, CUresult rc, const char* what) {
 }
 
 CUdeviceptr Ptr(const Napi::Value& v) {
-  bool lossless = true;
-  return static_cast<CUdeviceptr>(v.As<Napi::BigInt>().Uint64Value(&lossless));
+  return static_cast<CUdeviceptr>(BigIntU64(v));
 }
 
 // Bytes of an ArrayBufferView argument.

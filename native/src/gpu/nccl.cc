@@ -15,6 +15,7 @@
 #include <string>
 
 #include "errors.h"
+#include "napi_bigint.h"
 #include "gpu/caching_allocator.h"
 #include "gpu/cuda_memory.h"
 
@@ -22,12 +23,8 @@ namespace tprpc {
 namespace gpu {
 namespace {
 
-uint64_t U64(const Napi::Value& v) {
-  bool lossless = true;
-  return v.As<Napi::BigInt>().Uint64Value(&lossless);
-}
-ncclComm_t Comm(const Napi::Value& v) { return reinterpret_cast<ncclComm_t>(static_cast<uintptr_t>(U64(v))); }
-CUstream Stream(const Napi::Value& v) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(U64(v))); }
+ncclComm_t Comm(const Napi::Value& v) { return reinterpret_cast<ncclComm_t>(static_cast<uintptr_t>(BigIntU64(v))); }
+CUstream Stream(const Napi::Value& v) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(BigIntU64(v))); }
 
 const Nccl& Api(Napi::Env env) {
   const Nccl* n = NcclApi();
@@ -137,7 +134,7 @@ Napi::Value SendOrRecv(const Napi::CallbackInfo& info, bool send) {
   Napi::Env env = info.Env();
   const Nccl& n = Api(env);
   MakeCurrent(env, info[0].As<Napi::Number>().Int32Value());
-  auto* ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(U64(info[2])));
+  auto* ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(BigIntU64(info[2])));
   auto bytes = static_cast<size_t>(info[3].As<Napi::Number>().Int64Value());
   int peer = info[4].As<Napi::Number>().Int32Value();
   if (send) Check(env, n, n.ncclSend(ptr, bytes, ncclUint8, peer, Comm(info[1]), Stream(info[5])), "ncclSend");
