@@ -37,6 +37,16 @@ function apiOn(device: DeviceLike | undefined, what: string): CudaDeviceBackend[
   cudaIndex(device, what);
   return backend(what).api;
 }
+/**
+ * apiOn, after a sweep (CudaDeviceBackend.sweep): the blocks of storages V8 already collected go back
+ * first, so stats count them as freed and emptyCache can return them, as torch's would.
+ */
+function sweptApiOn(device: DeviceLike | undefined, what: string): CudaDeviceBackend["api"] {
+  cudaIndex(device, what);
+  const b = backend(what);
+  b.sweep();
+  return b.api;
+}
 const at = (device: DeviceLike | undefined): number => (device === undefined ? 0 : Device.parse(device).index);
 
 function cudaIndex(device: DeviceLike | undefined, what: string): number {
@@ -98,14 +108,10 @@ const memory = {
   },
   /** torch.cuda.memory_stats(): flat keys such as "allocated_bytes.all.current", "num_alloc_retries". */
   memoryStats(device?: DeviceLike): Record<string, number> {
-    const api = apiOn(device, "memoryStats");
-    backend("memoryStats").sweep(); // NB: storages V8 already collected count as freed, as torch's would
-    return api.memoryStats(at(device));
+    return sweptApiOn(device, "memoryStats").memoryStats(at(device));
   },
   resetPeakMemoryStats(device?: DeviceLike): void {
-    const api = apiOn(device, "resetPeakMemoryStats");
-    backend("resetPeakMemoryStats").sweep();
-    api.resetPeakMemoryStats(at(device));
+    sweptApiOn(device, "resetPeakMemoryStats").resetPeakMemoryStats(at(device));
   },
   resetAccumulatedMemoryStats(device?: DeviceLike): void {
     apiOn(device, "resetAccumulatedMemoryStats").resetAccumulatedMemoryStats(at(device));
@@ -116,9 +122,7 @@ const memory = {
   },
   /** Returns cached memory nothing uses to the driver (and unused pinned host blocks), as torch.cuda.empty_cache. */
   emptyCache(device?: DeviceLike): void {
-    const api = apiOn(device, "emptyCache");
-    backend("emptyCache").sweep(); // NB: blocks of storages V8 already collected can go back too
-    api.emptyCache(at(device));
+    sweptApiOn(device, "emptyCache").emptyCache(at(device));
   },
   /** Waits for all work on the device, as torch.cuda.synchronize. */
   synchronize(device?: DeviceLike): void {
