@@ -151,9 +151,6 @@ async function ipcRows(gpu, root) {
   return rows;
 }
 
-/** Filled by recipeRow (same group): distributed autograd's gradients on cuda:0 against the CPU's. */
-let gradients = null;
-
 /**
  * The recipe's two shards made from the same seeds on "cpu" and on "cuda:0", one forward and
  * distributed backward each (y.sum() of tanh of the second shard, so the gradients are not all
@@ -224,7 +221,8 @@ async function gradientsRow(tprpc, Shard) {
   };
 }
 
-async function recipeRow(tprpc, ref) {
+/** The recipe's row, then (where the shards can run) the gradientsRow made in the same worker group. */
+async function recipeRows(tprpc, ref) {
   const name = "CUDA-RPC recipe (10 forward + backward, two 1000x1000 shards)";
   try {
     new tprpc.nn.Linear(4, 4)
@@ -233,7 +231,7 @@ async function recipeRow(tprpc, ref) {
       .sum()
       .backward();
   } catch (e) {
-    if (isMissingKernel(e)) return na(name, `tprpc's CUDA backend lacks a kernel the shards need: ${e.message}`);
+    if (isMissingKernel(e)) return [na(name, `tprpc's CUDA backend lacks a kernel the shards need: ${e.message}`)];
     throw e;
   }
   const { rpc, distAutograd } = tprpc;
@@ -249,7 +247,7 @@ async function recipeRow(tprpc, ref) {
       const back = await rpc.rpcSync("worker1", (t) => t.add(1), [probe]);
       if (back.device.type !== "cuda") throw new Error(`the reply came back on ${back.device}`);
     } catch (e) {
-      return na(name, `the pipe does not carry CUDA tensors with device maps here: ${e.name}: ${e.message}`);
+      return [na(name, `the pipe does not carry CUDA tensors with device maps here: ${e.name}: ${e.message}`)];
     }
     // The recipe's MyModule; shipped to worker1 by rpc.remote.
     const Shard = class MyModule extends tprpc.nn.Module {
@@ -282,7 +280,7 @@ async function recipeRow(tprpc, ref) {
     };
     const cpu = await measure("cpu");
     const cuda = await measure("cuda");
-    gradients = await gradientsRow(tprpc, Shard).catch((e) => ({
+    const gradients = await gradientsRow(tprpc, Shard).catch((e) => ({
       name: "distributed autograd on cuda:0 equals the CPU run",
       status: "failed",
       detail: `${e.name}: ${e.message}`.slice(0, 500),
@@ -295,7 +293,7 @@ async function recipeRow(tprpc, ref) {
         ? `PyTorch's recipe: not available (${torch.error})`
         : `PyTorch same device: cpu ${torch.cpu_s.toFixed(3)} s, cuda ${torch.cuda_s.toFixed(3)} s = ` +
           `${(torch.cpu_s / torch.cuda_s).toFixed(1)}x; tprpc's cuda mode / PyTorch's: ${(cuda / torch.cuda_s).toFixed(2)}`;
-    return {
+    const recipe = {
       name,
       status: "ok",
       detail: `tprpc: cpu ${cpu.toFixed(3)} s, cuda ${cuda.toFixed(3)} s = ${speedup.toFixed(1)}x (goal >= 34x); ${torchText}`,
@@ -304,6 +302,7 @@ async function recipeRow(tprpc, ref) {
       speedup: +speedup.toFixed(2),
       torch: torch ?? null,
     };
+    return [recipe, gradients];
   } finally {
     await rpc.shutdown().catch(() => undefined);
     await cluster.close();
@@ -314,10 +313,9 @@ async function recipeRow(tprpc, ref) {
 export async function runChannels(tprpc, gpu, root, ref) {
   const rows = await ipcRows(gpu, root);
   try {
-    rows.push(await recipeRow(tprpc, ref));
+    rows.push(...(await recipeRows(tprpc, ref)));
   } catch (e) {
     rows.push({ name: "CUDA-RPC recipe", status: "failed", detail: `${e.name}: ${e.message}`.slice(0, 500) });
   }
-  if (gradients) rows.push(gradients);
   return rows;
 }
