@@ -21,6 +21,7 @@ import { deviceBackendFor } from "../sdk/tensor/backend/devices.js";
 import { Device } from "../sdk/tensor/device.js";
 import * as raw from "../sdk/tensor/raw.js";
 import { v8Gc } from "../sdk/util/gc.js";
+import { median } from "./rpc_common.js";
 
 const arg = (name: string, dflt: string): string => {
   const i = process.argv.indexOf(name);
@@ -30,7 +31,6 @@ const STEPS = Number(arg("--steps", "20"));
 const GPT = arg("--gpt", process.env.TPRPC_CUDA?.startsWith("emulate") ? "small" : "bench");
 const MiB = 2 ** 20;
 const mb = (b: number): string => (b / MiB).toFixed(1);
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 if (!cuda.isAvailable()) throw new Error(`no CUDA device: ${cuda.unavailableReason()}`);
 cuda.memoryAllocated(); // NB: finds the backend

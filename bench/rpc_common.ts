@@ -10,10 +10,9 @@ import fs from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { constants as perfConstants } from "node:perf_hooks";
-import v8 from "node:v8";
-import vm from "node:vm";
 import { fileURLToPath } from "node:url";
 import { Tensor, ones, rpc } from "../sdk/index.js";
+import { v8Gc } from "../sdk/util/gc.js";
 import { spawnInGroup } from "./spawn_group.js";
 
 export const SIZES = [0, 4_000, 4_000_000, 40_000_000, 400_000_000];
@@ -82,28 +81,13 @@ export async function callsPerSecond(call: () => Promise<unknown>, quick: boolea
   return median(rates);
 }
 
-let gcFn: (() => void) | null | undefined;
-
 /**
  * A full garbage collection between measurements, without --expose-gc (issue 23, item 7: the
- * benchmarks run with no node flags, as a user's `node master.js`): the global gc() when there is
- * one, else V8's gc() from a fresh context with the flag set briefly (as sdk/rpc/gc.ts takes it).
+ * benchmarks run with no node flags, as a user's `node master.js`): V8's gc() as sdk/util/gc.ts
+ * takes it (the global one, else one from a fresh context with the flag set briefly), no argument.
  */
 export function fullGc(): void {
-  if (gcFn === undefined) {
-    const global = (globalThis as { gc?: () => void }).gc;
-    if (typeof global === "function") gcFn = global;
-    else {
-      v8.setFlagsFromString("--expose-gc");
-      try {
-        const fn = vm.runInNewContext("gc") as unknown;
-        gcFn = typeof fn === "function" ? (fn as () => void) : null;
-      } finally {
-        v8.setFlagsFromString("--no-expose-gc");
-      }
-    }
-  }
-  gcFn?.();
+  v8Gc()?.();
 }
 
 /** The shipped target of every RPC measurement. */
