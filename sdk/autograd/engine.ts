@@ -34,6 +34,7 @@ import * as raw from "../tensor/raw.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { noGrad } from "./grad_mode.js";
 import { GradRefs } from "./grad_refs.js";
+import { peekGrad, setEngineGrad } from "./grad_slot.js";
 import { keep as keepIntermediate } from "./intermediates.js";
 import { AccumulateGrad, FunctionNode, type Node, gradEdge } from "./node.js";
 
@@ -106,11 +107,13 @@ function runHooks(hooks: readonly ((g: Tensor) => Tensor | undefined | void)[], 
  * is not such a plain tensor (another shape or dtype, a view, part of a graph).
  */
 export function accumulateIntoGrad(leaf: Tensor, grad: Tensor, owned = false): void {
-  const cur = leaf.grad;
+  // NB: peekGrad and setEngineGrad: what .grad holds here is the engine's own until someone reads it
+  // (./grad_slot.ts: zeroGrad may then recycle its buffer)
+  const cur = peekGrad(leaf);
   if (cur === null) {
     // NB: `owned`: the engine made this gradient during this pass and nothing else holds it (see
     // runBackward): it becomes .grad itself, as torch's AccumulateGrad steals a gradient no one shares
-    leaf.grad = owned ? grad : raw.copyAs(grad);
+    setEngineGrad(leaf, owned ? grad : raw.copyAs(grad));
     return;
   }
   // NB: a plain tensor: its own whole storage (no other view can see the write), outside any graph
@@ -126,7 +129,7 @@ export function accumulateIntoGrad(leaf: Tensor, grad: Tensor, owned = false): v
     cur.storage.version++;
     return;
   }
-  leaf.grad = raw.binary("add", cur, grad);
+  setEngineGrad(leaf, raw.binary("add", cur, grad));
 }
 
 /** Whether a leaf may take a gradient only the engine holds as its .grad without a copy (see runBackward). */

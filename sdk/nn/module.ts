@@ -22,6 +22,7 @@ import { DTypeError, ValueError } from "../errors/index.js";
 import { noGrad } from "../autograd/grad_mode.js";
 import { Device, type DeviceLike, assertDeviceUsable } from "../tensor/device.js";
 import { type DType, DTYPES, isFloating } from "../tensor/dtype.js";
+import { dropGrad, peekGrad } from "../autograd/grad_slot.js";
 import { Tensor } from "../tensor/tensor.js";
 import { Parameter } from "./parameter.js";
 import { type LoadStateDictResult, loadStateEntries } from "./state_dict.js";
@@ -224,10 +225,12 @@ export abstract class Module<Args extends unknown[] = unknown[], Out = unknown> 
   /** Clears the parameters' gradients: to null (default), or zeroes them in place. */
   zeroGrad(setToNone = true): void {
     for (const p of this.parameters()) {
-      if (!p.grad) continue;
-      if (setToNone) p.grad = null;
+      const cur = peekGrad(p);
+      if (!cur) continue;
+      // NB: its buffer goes back to the output pool when nothing outside the SDK read it (grad_slot.ts)
+      if (setToNone) dropGrad(p);
       else {
-        const g = p.grad.gradFn ? p.grad.detach() : p.grad;
+        const g = cur.gradFn ? cur.detach() : cur;
         if (g.requiresGrad) g.requiresGrad_(false);
         noGrad(() => g.zero_());
         p.grad = g;

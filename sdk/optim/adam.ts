@@ -14,6 +14,7 @@
  *   const opt = new optim.Adam(params, { lr: 1e-3 });
  */
 import { getBackend } from "../tensor/backend/registry.js";
+import { peekGrad } from "../autograd/grad_slot.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { Optimizer, type ParamGroup, type ParamState, type ParamsInput, nextStep, stateBuffer } from "./optimizer.js";
 import { checkBetas, checkFlag, checkNonNegative } from "./validate.js";
@@ -150,8 +151,10 @@ export class Adam extends Optimizer<AdamOptions> {
   protected update(): void {
     for (const group of this.paramGroups) {
       for (const p of group.params) {
-        if (p.grad === null) continue;
-        adamStep(p, p.grad, this.stateOf(p), group, {
+        // NB: peekGrad: adamStep keeps nothing it reads (sdk/autograd/grad_slot.ts)
+        const grad = peekGrad(p);
+        if (grad === null) continue;
+        adamStep(p, grad, this.stateOf(p), group, {
           decoupled: false,
           weightDecay: group.weightDecay,
           maximize: group.maximize,

@@ -6,6 +6,7 @@
  *
  *   const opt = new optim.AdamW(params, { lr: 3e-4, weightDecay: 0.1 });
  */
+import { peekGrad } from "../autograd/grad_slot.js";
 import { Optimizer, type ParamGroup, type ParamsInput } from "./optimizer.js";
 import { type AdamOptions, adamDefaults, adamStep, checkAdamOptions } from "./adam.js";
 
@@ -23,9 +24,11 @@ export class AdamW extends Optimizer<AdamWOptions> {
   protected update(): void {
     for (const group of this.paramGroups) {
       for (const p of group.params) {
-        if (p.grad === null) continue;
+        // NB: peekGrad: adamStep keeps nothing it reads (sdk/autograd/grad_slot.ts)
+        const grad = peekGrad(p);
+        if (grad === null) continue;
         // NB: torch 1.13 decays even when weightDecay is 0 (a multiply by exactly 1).
-        adamStep(p, p.grad, this.stateOf(p), group, {
+        adamStep(p, grad, this.stateOf(p), group, {
           decoupled: true,
           weightDecay: group.weightDecay,
           maximize: group.maximize,

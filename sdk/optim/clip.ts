@@ -12,12 +12,14 @@ import { noGrad } from "../autograd/grad_mode.js";
 import { div } from "../autograd/ops/elementwise.js";
 import { stack } from "../autograd/ops/views.js";
 import { ValueError } from "../errors/index.js";
+import { peekGrad } from "../autograd/grad_slot.js";
 import { zeros } from "../tensor/creation.js";
 import { Tensor } from "../tensor/tensor.js";
 
 function withGrads(parameters: Tensor | Iterable<Tensor>): Tensor[] {
   const list = parameters instanceof Tensor ? [parameters] : [...parameters];
-  return list.filter((p) => p.grad !== null);
+  // NB: peekGrad: clipping scales or clamps the gradients in place and keeps none (sdk/autograd/grad_slot.ts)
+  return list.filter((p) => peekGrad(p) !== null);
 }
 
 /** The p-norm of all elements of t (torch.linalg.vector_norm), as a 0-dim tensor. */
@@ -55,7 +57,7 @@ export function clipGradNorm(
   const params = withGrads(parameters);
   if (params.length === 0) return zeros([]);
   return noGrad(() => {
-    const grads = params.map((p) => p.grad!);
+    const grads = params.map((p) => peekGrad(p)!);
     const norms = grads.map((g) => vectorNorm(g.detach(), normType));
     const total =
       normType === Number.POSITIVE_INFINITY
@@ -79,6 +81,6 @@ export function clipGradValue(parameters: Tensor | Iterable<Tensor>, clipValue: 
   if (typeof clipValue !== "number" || Number.isNaN(clipValue))
     throw new ValueError(`clipGradValue: clipValue must be a number, got ${String(clipValue)}`);
   noGrad(() => {
-    for (const p of withGrads(parameters)) p.grad!.clamp_(-clipValue, clipValue);
+    for (const p of withGrads(parameters)) peekGrad(p)!.clamp_(-clipValue, clipValue);
   });
 }

@@ -19,6 +19,7 @@ import "../autograd/methods.js";
 import { enableGrad, noGrad } from "../autograd/grad_mode.js";
 import { ValueError } from "../errors/index.js";
 import { fullLike } from "../tensor/creation.js";
+import { dropGrad, peekGrad } from "../autograd/grad_slot.js";
 import * as raw from "../tensor/raw.js";
 import { Tensor } from "../tensor/tensor.js";
 
@@ -173,10 +174,11 @@ export abstract class Optimizer<O extends object = Record<string, unknown>> {
   zeroGrad(setToNone = true): void {
     for (const g of this.paramGroups) {
       for (const p of g.params) {
-        const grad = p.grad;
+        const grad = peekGrad(p);
         if (grad === null) continue;
         if (setToNone) {
-          p.grad = null;
+          // NB: its buffer goes back to the output pool when nothing outside the SDK read it (grad_slot.ts)
+          dropGrad(p);
           continue;
         }
         if (grad.gradFn !== null) grad.detach_();

@@ -16,6 +16,7 @@
 import { ValueError } from "../errors/index.js";
 import { getBackend } from "../tensor/backend/registry.js";
 import * as raw from "../tensor/raw.js";
+import { peekGrad } from "../autograd/grad_slot.js";
 import { Tensor } from "../tensor/tensor.js";
 import { Optimizer, type ParamGroup, type ParamsInput } from "./optimizer.js";
 import { checkFlag, checkNonNegative } from "./validate.js";
@@ -62,13 +63,15 @@ export class SGD extends Optimizer<SGDOptions> {
   protected update(): void {
     for (const { params, lr, momentum, dampening, weightDecay, nesterov, maximize } of this.paramGroups) {
       for (const p of params) {
-        if (p.grad === null) continue;
+        // NB: peekGrad: this step keeps nothing it reads (sdk/autograd/grad_slot.ts)
+        const grad = peekGrad(p);
+        if (grad === null) continue;
         const state = this.stateOf(p);
         const old = state.momentumBuffer;
         const first = momentum !== 0 && !(old instanceof Tensor);
         const buf = momentum === 0 ? null : first ? raw.output(p.shape, p.dtype, p.device) : (old as Tensor);
         const h = { lr, momentum, dampening, weightDecay, nesterov, maximize, first };
-        if (getBackend().sgdStep?.(p, p.grad, buf, h) === true) {
+        if (getBackend().sgdStep?.(p, grad, buf, h) === true) {
           p.storage.version++;
           if (buf) {
             buf.storage.version++;
@@ -76,7 +79,7 @@ export class SGD extends Optimizer<SGDOptions> {
           }
           continue;
         }
-        let d = maximize ? p.grad.neg() : p.grad;
+        let d = maximize ? grad.neg() : grad;
         if (weightDecay !== 0) d = d.add(p, weightDecay);
         if (momentum !== 0) {
           let buf = state.momentumBuffer;

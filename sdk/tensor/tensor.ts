@@ -37,8 +37,16 @@ export function setHostCopy(f: (t: Tensor) => Tensor): void {
 export class Tensor {
   /** A process-unique id (stable map keys for distributed autograd, debugging). */
   readonly id: number = nextId++;
-  /** Gradient accumulated by backward() for leaves that require grad. */
-  grad: Tensor | null = null;
+  /**
+   * @internal What .grad holds. Read it through .grad; only sdk/autograd/grad_slot.ts reads it directly,
+   * for code that provably keeps nothing it reads (the engine, the optimizers' steps, zeroGrad).
+   */
+  gradSlot: Tensor | null = null;
+  /**
+   * @internal Whether gradSlot holds a gradient the autograd engine made and nothing has read through .grad
+   * since: when it is dropped (zeroGrad), no one else can hold it and its buffer may be recycled.
+   */
+  gradUnread = false;
   /** The graph node that produced this tensor; null for leaves. */
   gradFn: GradFnRef | null = null;
   /** For views: the tensor whose storage this one shares (autograd checks in-place on views). */
@@ -55,6 +63,18 @@ export class Tensor {
     readonly strides: readonly number[],
     readonly offset = 0,
   ) {}
+
+  /** Gradient accumulated by backward() for leaves that require grad. */
+  get grad(): Tensor | null {
+    // NB: whoever reads it may keep it, so its buffer is never recycled (sdk/autograd/grad_slot.ts)
+    this.gradUnread = false;
+    return this.gradSlot;
+  }
+
+  set grad(g: Tensor | null) {
+    this.gradSlot = g;
+    this.gradUnread = false;
+  }
 
   /** A new contiguous tensor with freshly allocated (zeroed) storage. */
   static empty(shape: Shape, dtype: DType, device: Device = Device.parse("cpu")): Tensor {

@@ -8,7 +8,13 @@
  */
 import { IndexError } from "../../errors/index.js";
 import type { Tensor } from "../../tensor/tensor.js";
+import { dropping, isStock } from "../intermediates.js";
 import { Module } from "../module.js";
+import { GELU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh } from "./activation.js";
+import { Dropout } from "./dropout.js";
+import { Embedding } from "./embedding.js";
+import { Identity, Linear } from "./linear.js";
+import { LayerNorm } from "./normalization.js";
 
 /** A module from tensor to tensor: what Sequential chains. */
 export type TensorModule = Module<[Tensor], Tensor>;
@@ -44,8 +50,44 @@ export class Sequential extends Module<[Tensor], Tensor> implements Iterable<Ten
   }
 
   forward(input: Tensor): Tensor {
-    let x = input;
-    for (const m of this) x = m.forward(x);
-    return x;
+    // NB: the outputs between the layers are this forward's own when every layer is one of the SDK's,
+    // which keep nothing they are given: autograd recycles them once backward is done with them
+    // (sdk/nn/intermediates.ts)
+    return dropping(stockChain(this), (drop) => {
+      let x = input;
+      const n = this.#length;
+      for (let i = 0; i < n; i++) {
+        x = this.at(i).forward(x);
+        if (i < n - 1) drop.push(x);
+      }
+      return x;
+    });
   }
+}
+
+/** The SDK's layers that keep nothing of their input or output beyond what autograd's graph saves. */
+const STOCK_LAYERS = [
+  Linear,
+  Identity,
+  ReLU,
+  GELU,
+  Tanh,
+  Sigmoid,
+  SiLU,
+  Softmax,
+  LogSoftmax,
+  Dropout,
+  LayerNorm,
+  Embedding,
+] as const;
+
+/** Whether `s` and every layer in it (nested Sequentials too) are the SDK's own, with their own forward. */
+function stockChain(s: Sequential): boolean {
+  if (!isStock(s, Sequential)) return false;
+  for (const m of s) {
+    if (m instanceof Sequential) {
+      if (!stockChain(m)) return false;
+    } else if (!STOCK_LAYERS.some((cls) => isStock(m, cls))) return false;
+  }
+  return true;
 }
