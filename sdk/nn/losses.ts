@@ -12,6 +12,7 @@
  */
 import { DTypeError, IndexError, ShapeError, ValueError } from "../errors/index.js";
 import { where } from "../autograd/ops/elementwise.js";
+import { nllRows } from "../autograd/ops/nll.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { dropping } from "./intermediates.js";
 
@@ -107,6 +108,25 @@ function checkIndexTarget(
   return classDim;
 }
 
+/**
+ * Whether NLL of `logp` at `target` takes sdk/autograd/ops/nll.ts's one-node form: rows of CPU
+ * log-probabilities [N, C] at N class indices, no class weights. Its values are the general form's.
+ */
+function rowsForm(logp: Tensor, target: Tensor, weight: Tensor | null | undefined): boolean {
+  return (
+    !weight &&
+    logp.ndim === 2 &&
+    target.ndim === 1 &&
+    logp.device.type === "cpu" &&
+    (logp.dtype === "float32" || logp.dtype === "float64")
+  );
+}
+
+/** A CPU class-index target's values (checked by checkIndexTarget). */
+function targetValues(target: Tensor): number[] {
+  return target.toArray() as number[];
+}
+
 interface NllParts {
   /** Per-target loss, w[t] * -logp[t], 0 where ignored (target's shape). */
   loss: Tensor;
@@ -149,6 +169,7 @@ export function nllLoss(input: Tensor, target: Tensor, opts: WeightedLossOptions
   const ignoreIndex = opts.ignoreIndex ?? -100;
   const reduction = checkReduction(opts.reduction ?? "mean");
   const classDim = checkIndexTarget(input, target, opts.weight, ignoreIndex);
+  if (rowsForm(input, target, opts.weight)) return nllRows(input, targetValues(target), ignoreIndex, reduction);
   return nllReduce(nllParts(input, target, opts.weight, ignoreIndex, classDim), reduction);
 }
 
@@ -199,6 +220,8 @@ function crossEntropyOf(input: Tensor, target: Tensor, opts: CrossEntropyOptions
   checkIndexTarget(input, target, weight, ignoreIndex);
   const logp = input.logSoftmax(classDim);
   drop.push(logp);
+  if (smoothing === 0 && rowsForm(logp, target, weight))
+    return nllRows(logp, targetValues(target), ignoreIndex, reduction);
   const parts = nllParts(logp, target, weight, ignoreIndex, classDim);
   const nll = nllReduce(parts, reduction);
   if (smoothing === 0) return nll;

@@ -299,6 +299,28 @@ describe.skipIf(skip !== null)("native kernels: elementwise", () => {
       same(got, want);
     }
   });
+
+  it("where selects in each of its loops: both full, a or b one value, and strided", () => {
+    for (const dtype of ["float32", "float64", "int64", "uint8"] as const) {
+      const cond = rand([6, 7], "bool", 50, -1, 1);
+      const full = (seed: number) => rand([6, 7], dtype, seed, -9, 9);
+      const one = (seed: number) => strided(rand([1], dtype, seed, -9, 9), [6, 7], [0, 0]);
+      const cases = [
+        [full(51), full(52)],
+        [full(53), one(54)],
+        [one(55), full(56)],
+        // a transposed view: no operand runs with unit stride
+        [strided(rand([7, 6], dtype, 57, -9, 9), [6, 7], [1, 6]), full(58)],
+      ];
+      for (const [a, b] of cases) {
+        const got = like(full(59));
+        const want = like(got);
+        n.where(view(cond), view(a!), view(b!), view(got));
+        ref.where(cond, a!, b!, want);
+        same(got, want);
+      }
+    }
+  });
 });
 
 // ---- reductions ------------------------------------------------------------------------------
