@@ -30,7 +30,8 @@
  * --gpt-rounds N (the pipelined GPT, its unsplit run and its PyTorch twin N times in turn, each round's
  * ratios and their medians printed: the machine's speed can move between one column and the next),
  * --gpt-interleave N (the three once more in N alternating blocks of --block-steps K (4) steps each, the
- * twin paused outside its blocks: interleavedGpt),
+ * twin paused outside its blocks: interleavedGpt), --fedavg-interleave N (FedAvg once more, N rounds per side
+ * in turn after a warm-up round each, the twin paused outside its rounds: interleavedFedAvg),
  * --load N (N busy processes beside both sides, bench/load.ts), --gpt-only (only tprpc's pipelined GPT,
  * one line: a quick loop for hunting hangs in it, as issue 23's), --timeline (every call of the profiled
  * pipelined step on one time axis, all three processes), --cpu-prof DIR (the two workers run under
@@ -53,7 +54,7 @@ import {
 import type { Tensor } from "../sdk/index.js";
 import { startLocalWorkers } from "../sdk/rpc/launcher.js";
 import { tprpcA3c } from "./e2e_a3c.js";
-import { FEDAVG_EXAMPLES, tprpcFedAvg } from "./e2e_fedavg.js";
+import { FEDAVG_EXAMPLES, type FedAvgSession, openFedAvg, tprpcFedAvg } from "./e2e_fedavg.js";
 import { startLoad } from "./load.js";
 import { machineLine } from "./machine.js";
 import { GC_KINDS, median, now, repoRoot } from "./rpc_common.js";
@@ -493,12 +494,78 @@ interface Interleaved {
  * a failure on tprpc's side).
  */
 async function interleavedGpt(o: Opts, n: number, k: number, timeoutMs: number): Promise<Interleaved | string> {
+  const args = ["--warmup", `${o.warmup}`, "--micro", `${o.micro}`, "--threads", `${o.threads}`];
+  const twin = servedTwin("torch_gpt_pipeline.py", args, timeoutMs);
+  if (typeof twin === "string") return twin;
+  let pipe: Pipeline | null = null;
+  try {
+    await twin.ready("ready line after the warm-up");
+    pipe = await openPipeline(o);
+    for (let i = 0; i < o.warmup; i++) await pipe.step();
+    const alone = unsplitStepper(o);
+    for (let i = 0; i < o.warmup; i++) alone();
+    const out: Interleaved = { blocks: [], header: twin.header(), loss: { ours: Number.NaN, torch: Number.NaN } };
+    // NB: k + 1 steps per block on every side; the first is left out of the figures (a side that was idle or
+    // stopped wakes up in it) and its time is printed apart
+    const timed = async (f: () => unknown): Promise<number[]> => {
+      const times: number[] = [];
+      for (let i = 0; i <= k; i++) {
+        const t0 = now();
+        await f();
+        times.push((now() - t0) * 1e3);
+      }
+      return times;
+    };
+    for (let b = 0; b < n; b++) {
+      const block = { ours: [] as number[], alone: [] as number[], torch: [] as number[] };
+      const sides = [
+        async () => {
+          let loss = 0;
+          block.ours = await timed(async () => (loss = await pipe!.step()));
+          out.loss.ours = loss;
+        },
+        async () => (block.alone = await timed(alone)),
+        async () => {
+          const m = await twin.ask(`run ${k + 1}`, /^block ([\d.,]+) loss ([\d.]+)$/, "block");
+          block.torch = m[1]!.split(",").map(Number);
+          out.loss.torch = Number(m[2]);
+        },
+      ];
+      for (let j = 0; j < sides.length; j++) await sides[(b + j) % sides.length]!();
+      out.blocks.push(block);
+    }
+    return out;
+  } catch (e) {
+    return (e as Error).message;
+  } finally {
+    if (pipe) await pipe.close();
+    await twin.close();
+  }
+}
+
+/** A PyTorch RPC twin run with --serve: work on command over stdin, answers over stdout (servedTwin). */
+interface ServedTwin {
+  /** Waits for its "ready" line (after its warm-up), then stops its group until the first command. */
+  ready(what: string): Promise<void>;
+  /** Its "# ..." header line, once printed. */
+  header(): string;
+  /** Resumes its group, sends `cmd`, waits for the answer that matches `re`, and stops the group again. */
+  ask(cmd: string, re: RegExp, what: string): Promise<RegExpExecArray>;
+  /** Asks it to quit (30 s), then kills whatever of its group is left. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts bench/reference/`file` with `args` and --serve in a process group of its own (the interleaved runs:
+ * --gpt-interleave, --fedavg-interleave). Its whole group is stopped (SIGSTOP) between commands, because
+ * TensorPipe's idle threads poll and would take CPU from tprpc's turns, and tprpc's idle processes sleep. A
+ * wait longer than `timeoutMs`, or the twin's exit, rejects with the reason; close() ends the group.
+ */
+function servedTwin(file: string, args: string[], timeoutMs: number): ServedTwin | string {
   const root = repoRoot();
   if (!root) return "the repository root was not found";
   const python = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
-  const file = path.join(root, "bench", "reference", "torch_gpt_pipeline.py");
-  const args = ["--warmup", `${o.warmup}`, "--micro", `${o.micro}`, "--threads", `${o.threads}`, "--serve"];
-  const twin = spawnGroup(python, [file, ...args]);
+  const twin = spawnGroup(python, [path.join(root, "bench", "reference", file), ...args, "--serve"]);
   let stderr = "";
   twin.child.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
   twin.child.stdin.on("error", () => undefined); // NB: EPIPE once it has gone: its exit says why
@@ -539,61 +606,80 @@ async function interleavedGpt(o: Opts, n: number, k: number, timeoutMs: number):
       wake = null;
     }
   };
-  let pipe: Pipeline | null = null;
-  try {
-    await nextLine(/^ready$/, "ready line after the warm-up");
-    twin.signal("SIGSTOP");
-    pipe = await openPipeline(o);
-    for (let i = 0; i < o.warmup; i++) await pipe.step();
-    const alone = unsplitStepper(o);
-    for (let i = 0; i < o.warmup; i++) alone();
-    const out: Interleaved = { blocks: [], header, loss: { ours: Number.NaN, torch: Number.NaN } };
-    // NB: k + 1 steps per block on every side; the first is left out of the figures (a side that was idle or
-    // stopped wakes up in it) and its time is printed apart
-    const timed = async (f: () => unknown): Promise<number[]> => {
-      const times: number[] = [];
-      for (let i = 0; i <= k; i++) {
-        const t0 = now();
-        await f();
-        times.push((now() - t0) * 1e3);
+  return {
+    async ready(what) {
+      await nextLine(/^ready$/, what);
+      twin.signal("SIGSTOP");
+    },
+    header: () => header,
+    async ask(cmd, re, what) {
+      twin.signal("SIGCONT");
+      twin.child.stdin.write(`${cmd}\n`);
+      const m = await nextLine(re, what);
+      twin.signal("SIGSTOP");
+      return m;
+    },
+    async close() {
+      rl.close();
+      twin.signal("SIGCONT");
+      if (exited === null) {
+        twin.child.stdin.end("quit\n");
+        const gone = new Promise((r) => twin.child.once("exit", r));
+        await Promise.race([gone, new Promise((r) => setTimeout(r, 30_000).unref())]);
       }
-      return times;
-    };
-    for (let b = 0; b < n; b++) {
-      const block = { ours: [] as number[], alone: [] as number[], torch: [] as number[] };
+      twin.signal("SIGKILL"); // whatever of the group is left (none after a clean exit)
+    },
+  };
+}
+
+/** --fedavg-interleave: each side's round times (s), in the order they ran. */
+interface InterleavedFedAvg {
+  ours: number[];
+  torch: number[];
+  header: string;
+}
+
+/**
+ * FedAvg rounds of tprpc and of its PyTorch RPC twin (torch_fedavg.py --serve) in turn, `n` each after
+ * one warm-up round per side, the order rotating, so both meet the same phases of the machine (the rounds
+ * run one side after the other otherwise, minutes apart). An error or a twin that does not answer within
+ * `timeoutMs` ends the twin's group; the reason comes back as a string.
+ */
+async function interleavedFedAvg(n: number, threads: number, timeoutMs: number): Promise<InterleavedFedAvg | string> {
+  const twin = servedTwin("torch_fedavg.py", ["--threads", `${threads}`], timeoutMs);
+  if (typeof twin === "string") return twin;
+  let fed: FedAvgSession | null = null;
+  try {
+    await twin.ready("ready line after the warm-up round");
+    fed = await openFedAvg(threads);
+    await fed.round();
+    const out: InterleavedFedAvg = { ours: [], torch: [], header: twin.header() };
+    for (let r = 0; r < n; r++) {
       const sides = [
-        async () => {
-          let loss = 0;
-          block.ours = await timed(async () => (loss = await pipe!.step()));
-          out.loss.ours = loss;
-        },
-        async () => (block.alone = await timed(alone)),
-        async () => {
-          twin.signal("SIGCONT");
-          twin.child.stdin.write(`run ${k + 1}\n`);
-          const m = await nextLine(/^block ([\d.,]+) loss ([\d.]+)$/, "block");
-          twin.signal("SIGSTOP");
-          block.torch = m[1]!.split(",").map(Number);
-          out.loss.torch = Number(m[2]);
-        },
+        async () => void out.ours.push(await fed!.round()),
+        async () => void out.torch.push(Number((await twin.ask("run", /^round ([\d.]+)$/, "round"))[1])),
       ];
-      for (let j = 0; j < sides.length; j++) await sides[(b + j) % sides.length]!();
-      out.blocks.push(block);
+      for (let j = 0; j < sides.length; j++) await sides[(r + j) % sides.length]!();
     }
     return out;
   } catch (e) {
     return (e as Error).message;
   } finally {
-    rl.close();
-    if (pipe) await pipe.close();
-    twin.signal("SIGCONT");
-    if (exited === null) {
-      twin.child.stdin.end("quit\n");
-      const gone = new Promise((r) => twin.child.once("exit", r));
-      await Promise.race([gone, new Promise((r) => setTimeout(r, 30_000).unref())]);
-    }
-    twin.signal("SIGKILL"); // whatever of the group is left (none after a clean exit)
+    if (fed) await fed.close();
+    await twin.close();
   }
+}
+
+/** The --fedavg-interleave lines: each side's rounds, their medians, and the ratio per pair of rounds. */
+function interleavedFedAvgLines(r: InterleavedFedAvg): string[] {
+  const ratios = r.ours.map((x, i) => r.torch[i]! / x);
+  const fmt = (xs: number[]): string => xs.map((x) => x.toFixed(3)).join(", ");
+  return [
+    `  interleaved: ${r.ours.length} rounds per side, the sides in turn (PyTorch RPC's processes stopped outside its rounds)`,
+    ...(r.header ? [`    PyTorch RPC: ${r.header}`] : []),
+    `    tprpc ${median(r.ours).toFixed(3)} s/round [${fmt(r.ours)}], PyTorch RPC ${median(r.torch).toFixed(3)} [${fmt(r.torch)}]`,
+    `    ratio (> 1: tprpc faster) ${(median(r.torch) / median(r.ours)).toFixed(2)}x of the medians; per pair ${ratios.map((x) => x.toFixed(2) + "x").join(", ")} (median ${median(ratios).toFixed(2)}x)`,
+  ];
 }
 
 /** The --gpt-interleave lines: each side's median step, and the ratios per block and overall. */
@@ -666,6 +752,9 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   const interleave = Math.max(0, Math.floor(num("--gpt-interleave", 0)));
   const blockSteps = Math.max(1, Math.floor(num("--block-steps", 4)));
   let interleaved: Interleaved | string | null = null;
+  // NB: --fedavg-interleave N: FedAvg once more, its rounds alternating with the twin's (interleavedFedAvg)
+  const fedInterleave = Math.max(0, Math.floor(num("--fedavg-interleave", 0)));
+  let fedInterleaved: InterleavedFedAvg | string | null = null;
   let a3c: Awaited<ReturnType<typeof tprpcA3c>>;
   let torchA3c: ReturnType<typeof torchTwin>;
   try {
@@ -720,6 +809,10 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
     torchFedavg = noTorch
       ? "skipped (--no-torch)"
       : torchTwin("torch_fedavg.py", fedArgs, /fedavg: ([\d.]+) s\/round/, bound);
+    if (fedInterleave > 0 && !noTorch) {
+      process.stderr.write(`[bench --e2e] FedAvg interleaved: ${fedInterleave} rounds per side ...\n`);
+      fedInterleaved = await interleavedFedAvg(fedInterleave, o.threads, bound);
+    }
     process.stderr.write("[bench --e2e] A3C: tprpc ...\n");
     a3c = await tprpcA3c(pushes, o.threads, a3cWarmup);
     process.stderr.write("[bench --e2e] A3C: PyTorch RPC ...\n");
@@ -805,6 +898,12 @@ export async function e2eBench(argv: readonly string[]): Promise<void> {
   out.push(
     `  ratio (> 1: tprpc faster): ${typeof torchFedavg === "string" ? "-" : (torchFedavg.value / fedavg).toFixed(2) + "x"}`,
   );
+  if (fedInterleaved !== null)
+    out.push(
+      ...(typeof fedInterleaved === "string"
+        ? [`  interleaved: not measured — ${fedInterleaved}`]
+        : interleavedFedAvgLines(fedInterleaved)),
+    );
   out.push("");
   out.push(
     `A3C actors (notebook 02: 3 actors on 3 workers, global net behind an RRef on the master, ${pushes} pushes of <= 20 CartPole steps per actor after ${a3cWarmup} warm-up pushes)`,

@@ -71,20 +71,36 @@ class Client {
   }
 }
 
-/** Median seconds per FedAvg round with tprpc. */
-export async function tprpcFedAvg(rounds: number, threads: number): Promise<number> {
+/** A tprpc FedAvg group (the master in this process, three workers) that runs rounds on demand. */
+export interface FedAvgSession {
+  /** One round; its seconds. */
+  round(): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** Starts the workers and their clients (built before any round is timed); the master's model seeded. */
+export async function openFedAvg(threads: number): Promise<FedAvgSession> {
   const cluster = await startLocalWorkers({ workers: CLIENTS });
+  const end = async (): Promise<void> => {
+    await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
+    await cluster.close();
+  };
+  let clients: sdk.rpc.RRef<Client>[];
   try {
     await rpc.initRpc("master", { ...cluster.initOptions, rpcTimeoutMs: 600_000, initTimeoutMs: 30_000 });
     sdk.setNumThreads(threads);
-    const clients = Array.from({ length: CLIENTS }, (_, k) =>
+    clients = Array.from({ length: CLIENTS }, (_, k) =>
       rpc.remote<Client>(`worker${k + 1}`, Client, [FEDAVG_EXAMPLES, 1000 + k, threads]),
     );
     for (const c of clients) await c.rpcSync().size(); // built before the clock starts
-    manualSeed(1);
-    const model = mlp();
-    const times: number[] = [];
-    for (let r = 0; r <= rounds; r++) {
+  } catch (e) {
+    await end();
+    throw e;
+  }
+  manualSeed(1);
+  const model = mlp();
+  return {
+    async round() {
       const t0 = now();
       const weights = model.stateDict();
       const results = await Promise.all(clients.map((c) => c.rpcAsync().train(weights, 1, 0.05, 50)));
@@ -93,12 +109,27 @@ export async function tprpcFedAvg(rounds: number, threads: number): Promise<numb
       for (const name of Object.keys(results[0]!.weights))
         mean[name] = results.map((p) => p.weights[name]!.mul(p.n / total)).reduce((a, b) => a.add(b));
       model.loadStateDict(mean);
-      if (r > 0) times.push(now() - t0);
-    }
-    await rpc.shutdown({ timeoutMs: 10_000 });
+      return now() - t0;
+    },
+    async close() {
+      try {
+        await rpc.shutdown({ timeoutMs: 10_000 });
+      } finally {
+        await end();
+      }
+    },
+  };
+}
+
+/** Median seconds per FedAvg round with tprpc: one warm-up round, then `rounds` timed ones. */
+export async function tprpcFedAvg(rounds: number, threads: number): Promise<number> {
+  const fed = await openFedAvg(threads);
+  try {
+    await fed.round();
+    const times: number[] = [];
+    for (let r = 0; r < rounds; r++) times.push(await fed.round());
     return median(times);
   } finally {
-    await rpc.shutdown({ graceful: false, timeoutMs: 5_000 }).catch(() => undefined);
-    await cluster.close();
+    await fed.close();
   }
 }

@@ -3,7 +3,7 @@
 # 784-200-200-10; a round sends the master's state_dict to all three with rpc_async, each runs one epoch of minibatch
 # SGD (batch 50, lr 0.05, momentum 0.9) and returns its weights, and the master loads their example-weighted mean.
 # One warm-up round, then the median over --rounds timed ones. Prints "fedavg: <s> s/round" (bench/e2e.ts parses it).
-#   /usr/bin/python3 bench/reference/torch_fedavg.py [--rounds 5] [--threads 1]
+#   /usr/bin/python3 bench/reference/torch_fedavg.py [--rounds 5] [--threads 1] [--serve]
 # The master (rank 0, TCPStore host) starts ranks 1-3 as children; run it in a process group of its own so a timeout
 # can end them all (bench/spawn_group.ts spawnInGroup).
 import argparse, statistics, sys, time
@@ -57,24 +57,49 @@ def run_master(args):
         c.rpc_sync().size()
     torch.manual_seed(1)
     model = mlp()
-    times = []
-    for r in range(args.rounds + 1):
+
+    def fed_round():
         t0 = time.perf_counter()
         weights = model.state_dict()
         results = [f.wait() for f in [c.rpc_async().train(weights, 1, 0.05, 50) for c in clients]]
         total = sum(n for _, n in results)
         model.load_state_dict({k: sum(w[k] * (n / total) for w, n in results) for k in results[0][0]})
+        return time.perf_counter() - t0
+
+    if args.serve:
+        serve(args, fed_round)
+        return
+    times = []
+    for r in range(args.rounds + 1):
+        t = fed_round()
         if r > 0:
-            times.append(time.perf_counter() - t0)
+            times.append(t)
     print(f"# torch {torch.__version__}, {args.threads} thread(s) per process, {CLIENTS} clients x {EXAMPLES} examples, "
           f"{args.rounds} timed rounds after 1", flush=True)
     print(f"fedavg: {statistics.median(times):.4f} s/round", flush=True)
+
+
+def serve(args, fed_round):
+    """--serve (bench/e2e.ts --fedavg-interleave): one warm-up round, then rounds on command, so the bench can
+    alternate them with tprpc's in one time window. Reads "run" lines from stdin and answers each with
+    "round <s>"; "quit" or the end of stdin ends it. Between rounds the bench stops the whole group (SIGSTOP), as
+    TensorPipe's idle threads poll and would take CPU from tprpc's rounds."""
+    fed_round()
+    print(f"# torch {torch.__version__}, {args.threads} thread(s) per process, {CLIENTS} clients x {EXAMPLES} examples, "
+          f"rounds on command after 1", flush=True)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            break
+        print(f"round {fed_round():.4f}", flush=True)
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--serve", action="store_true", help="rounds on command from stdin (see serve())")
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
