@@ -28,7 +28,7 @@ function run(x0: Tensor, f: (x: Tensor) => Tensor, seedGrad: Tensor | null): { l
   const x = x0.detach().requiresGrad_(true);
   const loss = f(x);
   loss.backward(seedGrad ?? undefined);
-  return { loss: [loss.toArray()].flat(2) as number[], grad: (x.grad!.toArray() as number[][]).flat() };
+  return { loss: loss.flatten().toArray(), grad: x.grad!.flatten().toArray() };
 }
 
 describeEachBackend("nn: nll over rows in one node", () => {
@@ -52,7 +52,9 @@ describeEachBackend("nn: nll over rows in one node", () => {
     const x = randn([4, 3]).requiresGrad_(true);
     const loss = F.crossEntropy(x, randint(0, 3, [4]));
     expect(loss.gradFn?.name).toBe("NllLossBackward0");
-    expect(loss.gradFn?.next.map((n) => n?.name)).toEqual(["LogSoftmaxBackward0"]);
+    // NB: the node's inputs, as torch's grad_fn.next_functions
+    const node = loss.gradFn as unknown as { next: readonly ({ name: string } | null)[] };
+    expect(node.next.map((n) => n?.name)).toEqual(["LogSoftmaxBackward0"]);
   });
 
   it("is NaN with every row ignored, and gives zero gradients", () => {
@@ -61,6 +63,11 @@ describeEachBackend("nn: nll over rows in one node", () => {
     const loss = F.crossEntropy(x, target);
     expect(Number.isNaN(loss.item())).toBe(true);
     loss.backward();
-    expect((x.grad!.toArray() as number[][]).flat().every((v) => v === 0)).toBe(true);
+    expect(
+      x
+        .grad!.flatten()
+        .toArray()
+        .every((v) => v === 0),
+    ).toBe(true);
   });
 });
