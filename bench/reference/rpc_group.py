@@ -34,3 +34,16 @@ def run_rpc_group(script, args, world_size, run_master):
                 c.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 c.kill()
+
+
+def serve_commands(header, answer):
+    """The --serve loop of the workload references (bench/e2e.ts's interleaved runs), after their warm-up:
+    prints "# <header>" and "ready", then answers each command line from stdin with answer(words) on one
+    line; "quit" or the end of stdin ends it."""
+    print(f"# {header}", flush=True)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            break
+        print(answer(cmd), flush=True)

@@ -16,7 +16,7 @@ import torch  # noqa: E402
 import torch.distributed.rpc as rpc  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from rpc_group import run_rpc_group  # noqa: E402
+from rpc_group import run_rpc_group, serve_commands  # noqa: E402
 
 CLIENTS, EXAMPLES = 3, 20_000
 
@@ -85,14 +85,8 @@ def serve(args, fed_round):
     "round <s>"; "quit" or the end of stdin ends it. Between rounds the bench stops the whole group (SIGSTOP), as
     TensorPipe's idle threads poll and would take CPU from tprpc's rounds."""
     fed_round()
-    print(f"# torch {torch.__version__}, {args.threads} thread(s) per process, {CLIENTS} clients x {EXAMPLES} examples, "
-          f"rounds on command after 1", flush=True)
-    print("ready", flush=True)
-    for line in sys.stdin:
-        cmd = line.split()
-        if not cmd or cmd[0] == "quit":
-            break
-        print(f"round {fed_round():.4f}", flush=True)
+    serve_commands(f"torch {torch.__version__}, {args.threads} thread(s) per process, {CLIENTS} clients x {EXAMPLES} "
+                   f"examples, rounds on command after 1", lambda cmd: f"round {fed_round():.4f}")
 
 
 def main():

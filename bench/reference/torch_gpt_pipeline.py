@@ -27,7 +27,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.distributed.optim import DistributedOptimizer  # noqa: E402
 from gpt_step_torch import GPT, B, L, T, V  # noqa: E402
-from rpc_group import run_rpc_group  # noqa: E402
+from rpc_group import run_rpc_group, serve_commands  # noqa: E402
 
 MODEL_SEED = 1234
 COLD_STEPS = 20  # bench/e2e.ts's COLD_STEPS: the cold figure is the median of this many first warm-up steps
@@ -121,20 +121,17 @@ def serve(args, step):
     whole group (SIGSTOP), as TensorPipe's idle threads poll and would take CPU from tprpc's blocks."""
     for _ in range(args.warmup):
         step()
-    print(f"# torch {torch.__version__}, {args.threads} thread(s) per process, micro-batches {args.micro}, "
-          f"blocks on command after {args.warmup} warm-up steps", flush=True)
-    print("ready", flush=True)
-    for line in sys.stdin:
-        cmd = line.split()
-        if not cmd or cmd[0] == "quit":
-            break
+
+    def block(cmd):
         times, loss = [], 0.0
         for _ in range(int(cmd[1])):
             t0 = time.perf_counter()
             loss = step()
             times.append(time.perf_counter() - t0)
-        print("block " + ",".join(f"{t * 1e3:.3f}" for t in times) + f" loss {loss:.4f}", flush=True)
+        return "block " + ",".join(f"{t * 1e3:.3f}" for t in times) + f" loss {loss:.4f}"
 
+    serve_commands(f"torch {torch.__version__}, {args.threads} thread(s) per process, micro-batches {args.micro}, "
+                   f"blocks on command after {args.warmup} warm-up steps", block)
 
 def main():
     p = argparse.ArgumentParser()

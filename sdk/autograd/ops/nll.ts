@@ -7,8 +7,8 @@
  *
  * The values are the general form's, bit for bit: each row's loss is -logp[i, t_i] (0 for an ignored
  * row), summed by the backend's reduction (float64 partial sums, rounded once to the dtype); "mean"
- * divides that by the count of rows not ignored (NaN when none is). Backward writes -g / count ("mean", rounded to the dtype),
- * -g ("sum") or -g_i ("none") at each kept row's target, zeros elsewhere.
+ * divides that by the count of rows not ignored (NaN when none is). Backward writes -g / count
+ * ("mean", rounded to the dtype), -g ("sum") or -g_i ("none") at each kept row's target, zeros elsewhere.
  */
 import type { DType } from "../../tensor/dtype.js";
 import * as raw from "../../tensor/raw.js";
