@@ -702,6 +702,7 @@ function interleavedLines(r: Interleaved, k: number): string[] {
     `    tprpc ${ours.toFixed(1)} ms/step (${fmtTok(ours)}), unsplit ${alone.toFixed(1)}, PyTorch RPC ${torch.toFixed(1)} (${fmtTok(torch)}); losses ${r.loss.ours.toFixed(4)} / ${r.loss.torch.toFixed(4)}`,
     `    vs PyTorch RPC ${(torch / ours).toFixed(2)}x over all steps; per block ${perBlock((b) => med(b.torch) / med(b.ours))}`,
     `    vs unsplit ${(alone / ours).toFixed(2)}x over all steps; per block ${perBlock((b) => med(b.alone) / med(b.ours))}`,
+    `    per block, median ms/step (tprpc / PyTorch RPC): ${r.blocks.map((b) => `${med(b.ours).toFixed(1)}/${med(b.torch).toFixed(1)}`).join(", ")}`,
     `    each block's first step, left out above, against the block's median (median over blocks): tprpc ${firsts("ours")}, unsplit ${firsts("alone")}, PyTorch RPC ${firsts("torch")}`,
   ];
 }
