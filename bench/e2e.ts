@@ -458,6 +458,16 @@ function unsplit(o: Opts): number {
   return median(times) * 1e3;
 }
 
+/** The python that runs the PyTorch twins, and the path of bench/reference/`file`; or why not. */
+function twinScript(file: string): { python: string; script: string } | string {
+  const root = repoRoot();
+  if (!root) return "the repository root was not found";
+  return {
+    python: process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3",
+    script: path.join(root, "bench", "reference", file),
+  };
+}
+
 /** Runs a PyTorch RPC twin in bench/reference; the first number `re` captures and the "# " header, or why not. */
 function torchTwin(
   file: string,
@@ -465,10 +475,10 @@ function torchTwin(
   re: RegExp,
   timeoutMs: number,
 ): { value: number; header: string } | string {
-  const root = repoRoot();
-  if (!root) return "the repository root was not found";
-  const python = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
-  const r = spawnInGroup(python, [path.join(root, "bench", "reference", file), ...args], timeoutMs);
+  const t = twinScript(file);
+  if (typeof t === "string") return t;
+  const { python, script } = t;
+  const r = spawnInGroup(python, [script, ...args], timeoutMs);
   if (r.error) return `${python}: ${r.error.message}`;
   if (r.timedOut) return `did not finish in ${timeoutMs / 1000} s (its process group was killed)`;
   const m = re.exec(r.stdout ?? "");
@@ -485,11 +495,10 @@ interface Interleaved {
 
 /**
  * The pipelined GPT, its unsplit run and its PyTorch RPC twin in alternating blocks of 1 + `k` steps
- * (the first left out of the figures), `n` blocks each, so all three meet the same phases of the machine (on these VMs its speed moves in phases of
- * seconds, more than the differences measured). The twin runs as torch_gpt_pipeline.py --serve; its whole
- * group is stopped (SIGSTOP) outside its blocks, because TensorPipe's idle threads poll and would take
- * CPU from tprpc's blocks, and tprpc's idle processes sleep. Each side warms up first, one after the
- * other (o.warmup steps), and the order within a block rotates. An error or a reference that does not
+ * (the first left out of the figures), `n` blocks each, so all three meet the same phases of the machine
+ * (on these VMs its speed moves in phases of seconds, more than the differences measured). The twin runs
+ * as torch_gpt_pipeline.py --serve (servedTwin: its group stopped outside its blocks). Each side warms up
+ * first, one after the other (o.warmup steps), and the order within a block rotates. An error or a reference that does not
  * answer within `timeoutMs` per block ends the twin's group; the reason comes back as a string (so does
  * a failure on tprpc's side).
  */
@@ -562,10 +571,10 @@ interface ServedTwin {
  * wait longer than `timeoutMs`, or the twin's exit, rejects with the reason; close() ends the group.
  */
 function servedTwin(file: string, args: string[], timeoutMs: number): ServedTwin | string {
-  const root = repoRoot();
-  if (!root) return "the repository root was not found";
-  const python = process.env.TPRPC_TORCH_PYTHON ?? "/usr/bin/python3";
-  const twin = spawnGroup(python, [path.join(root, "bench", "reference", file), ...args, "--serve"]);
+  const t = twinScript(file);
+  if (typeof t === "string") return t;
+  const { python, script } = t;
+  const twin = spawnGroup(python, [script, ...args, "--serve"]);
   let stderr = "";
   twin.child.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
   twin.child.stdin.on("error", () => undefined); // NB: EPIPE once it has gone: its exit says why

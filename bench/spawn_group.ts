@@ -24,6 +24,27 @@ export function groupMode(): "pgid" | "session" | "none" {
   return fs.existsSync("/usr/bin/setsid") ? "session" : "none";
 }
 
+/** The command that starts `program` in a process group of its own under `mode` (groupMode). */
+function groupCommand(
+  mode: ReturnType<typeof groupMode>,
+  program: string,
+  args: readonly string[],
+): [string, string[]] {
+  if (mode === "pgid") return [PERL, ["-e", PGRP_EXEC, program, ...args]];
+  if (mode === "session") return ["/usr/bin/setsid", [program, ...args]];
+  return [program, [...args]];
+}
+
+/** Sends `sig` to the group led by `pid` (to `pid` alone under mode "none"); false once it is gone. */
+function signalGroup(mode: ReturnType<typeof groupMode>, pid: number, sig: NodeJS.Signals): boolean {
+  try {
+    process.kill(mode === "none" ? pid : -pid, sig);
+    return true;
+  } catch {
+    return false; // ESRCH: the group is gone
+  }
+}
+
 /**
  * spawnSync of `program` in a process group of its own (perl execs it after setpgid, so its pid is the
  * group's id; without perl, setsid(1) does the same in a new session), bounded by `timeoutMs`: on
@@ -37,20 +58,10 @@ export function spawnInGroup(
 ): SpawnSyncReturns<string> & { timedOut: boolean } {
   const mode = groupMode();
   const opts = { encoding: "utf8" as const, timeout: timeoutMs, killSignal: "SIGKILL" as const };
-  const r =
-    mode === "pgid"
-      ? spawnSync(PERL, ["-e", PGRP_EXEC, program, ...args], opts)
-      : mode === "session"
-        ? spawnSync("/usr/bin/setsid", [program, ...args], opts)
-        : spawnSync(program, args, opts);
+  const r = spawnSync(...groupCommand(mode, program, args), opts);
   const timedOut = (r.error as NodeJS.ErrnoException | undefined)?.code === "ETIMEDOUT";
-  if (mode !== "none" && r.pid) {
-    try {
-      process.kill(-r.pid, "SIGKILL"); // whatever of the group is left (none after a clean exit)
-    } catch {
-      // ESRCH: the group is gone already
-    }
-  }
+  // NB: whatever of the group is left (none after a clean exit)
+  if (mode !== "none" && r.pid) signalGroup(mode, r.pid, "SIGKILL");
   return Object.assign(r, { timedOut, error: timedOut ? undefined : r.error });
 }
 
@@ -68,22 +79,6 @@ export interface GroupChild {
  */
 export function spawnGroup(program: string, args: readonly string[]): GroupChild {
   const mode = groupMode();
-  const child =
-    mode === "pgid"
-      ? spawn(PERL, ["-e", PGRP_EXEC, program, ...args])
-      : mode === "session"
-        ? spawn("/usr/bin/setsid", [program, ...args])
-        : spawn(program, args);
-  return {
-    child,
-    signal(sig) {
-      if (!child.pid) return false;
-      try {
-        process.kill(mode === "none" ? child.pid : -child.pid, sig);
-        return true;
-      } catch {
-        return false; // ESRCH: the group is gone
-      }
-    },
-  };
+  const child = spawn(...groupCommand(mode, program, args));
+  return { child, signal: (sig) => (child.pid ? signalGroup(mode, child.pid, sig) : false) };
 }
