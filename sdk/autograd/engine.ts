@@ -33,7 +33,7 @@ import { getBackend } from "../tensor/backend/registry.js";
 import * as raw from "../tensor/raw.js";
 import type { Tensor } from "../tensor/tensor.js";
 import { noGrad } from "./grad_mode.js";
-import { GradRefs } from "./grad_refs.js";
+import { GradRefs, ownsWholeStorage } from "./grad_refs.js";
 import { peekGrad, setEngineGrad } from "./grad_slot.js";
 import { keep as keepIntermediate } from "./intermediates.js";
 import { AccumulateGrad, FunctionNode, type Node, gradEdge } from "./node.js";
@@ -117,13 +117,7 @@ export function accumulateIntoGrad(leaf: Tensor, grad: Tensor, owned = false): v
     return;
   }
   // NB: a plain tensor: its own whole storage (no other view can see the write), outside any graph
-  const plain =
-    cur !== grad &&
-    !cur.requiresGrad &&
-    cur.base === null &&
-    cur.isContiguous() &&
-    cur.storage.length === cur.numel() &&
-    cur.dtype === grad.dtype;
+  const plain = cur !== grad && ownsWholeStorage(cur) && cur.dtype === grad.dtype;
   if (plain && arraysEqual(cur.shape, grad.shape)) {
     getBackend().binary("add", cur, grad, cur);
     cur.storage.version++;

@@ -14,6 +14,15 @@ import type { Storage } from "../tensor/storage.js";
 import { nextStorageSerial } from "../tensor/storage.js";
 import type { Tensor } from "../tensor/tensor.js";
 
+/**
+ * Whether `t` is a plain tensor over a whole storage of its own: not a view, outside any graph,
+ * contiguous from the storage's first element to its last (what the engine's gradients are). A write
+ * to it, or recycling its buffer, reaches no other tensor that shares the storage through `t`.
+ */
+export function ownsWholeStorage(t: Tensor): boolean {
+  return t.offset === 0 && t.base === null && !t.requiresGrad && t.storage.length === t.numel() && t.isContiguous();
+}
+
 export class GradRefs {
   private readonly since = nextStorageSerial();
   private readonly refs = new Map<Storage, number>();
@@ -44,15 +53,6 @@ export class GradRefs {
   }
 
   sole(t: Tensor): boolean {
-    return (
-      this.fresh(t) &&
-      !this.escaped.has(t.storage) &&
-      (this.refs.get(t.storage) ?? 0) <= 1 &&
-      t.offset === 0 &&
-      t.base === null &&
-      !t.requiresGrad &&
-      t.storage.length === t.numel() &&
-      t.isContiguous()
-    );
+    return this.fresh(t) && !this.escaped.has(t.storage) && (this.refs.get(t.storage) ?? 0) <= 1 && ownsWholeStorage(t);
   }
 }

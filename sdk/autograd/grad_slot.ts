@@ -21,6 +21,7 @@
  * (Storage.data), so a mistake here shows as an error, never as two tensors sharing memory.
  */
 import type { Tensor } from "../tensor/tensor.js";
+import { ownsWholeStorage } from "./grad_refs.js";
 
 /** The gradient in `t`'s slot, read without handing it out (the caller keeps nothing it reads). */
 export function peekGrad(t: Tensor): Tensor | null {
@@ -39,20 +40,8 @@ export function setEngineGrad(t: Tensor, g: Tensor): void {
  */
 export function dropGrad(t: Tensor): void {
   const g = t.gradSlot;
-  if (g !== null && t.gradUnread && recyclable(g)) g.storage.release();
+  // NB: the engine's gradients are whole storages of their own, on the CPU (the output pool's)
+  if (g !== null && t.gradUnread && g.device.type === "cpu" && ownsWholeStorage(g)) g.storage.release();
   t.gradSlot = null;
   t.gradUnread = false;
-}
-
-/** A plain tensor over a whole storage of its own (what the engine's gradients are), outside any graph. */
-function recyclable(g: Tensor): boolean {
-  return (
-    g.gradFn === null &&
-    !g.requiresGrad &&
-    g.base === null &&
-    g.offset === 0 &&
-    g.device.type === "cpu" &&
-    g.storage.length === g.numel() &&
-    g.isContiguous()
-  );
 }
