@@ -756,7 +756,8 @@ describe.skipIf(skip !== null)(
     it("maskedSoftmax with a causal mask: zeros past the span exactly, and a NaN or +inf in it makes the whole row NaN", () => {
       // NB: float32 rows skip the columns outside their mask row's unmasked span; the composite writes exp(-inf) = 0
       // there, and NaN once the row's sum is NaN
-      for (const T of [5, 64]) {
+      // NB: T = 37 and 64 run the one-pass short rows with and without a tail; 70 runs the longer rows' path
+      for (const T of [5, 37, 64, 70]) {
         const x = rand([2, 2, T, T], "float32", 170, -6, 6);
         const xd = x.storage.data as Float32Array;
         xd[T * 3 + 1] = NaN; // row 3, column 1: unmasked
@@ -780,6 +781,33 @@ describe.skipIf(skip !== null)(
             for (let j = 0; j <= t; j++) sum += g[t * T + j]!;
             expect(Math.abs(sum - 1)).toBeLessThan(1e-5);
           }
+      }
+    });
+
+    it("maskedSoftmax with a sliding-window mask and masked columns inside a span equals the reference", () => {
+      // NB: a window's rows start past column 0 (lo > 0); rows 9 and 20 have masked columns inside their span,
+      // which the one-pass path must leave to the divide-and-mask loop
+      for (const T of [23, 48]) {
+        const x = rand([3, T, T], "float32", 180, -30, 30);
+        const mask = Tensor.empty([T, T], "bool");
+        const md = mask.storage.data as Uint8Array;
+        for (let t = 0; t < T; t++) for (let j = 0; j < T; j++) md[t * T + j] = j > t || j < t - 12 ? 1 : 0;
+        md[9 * T + 5] = 1;
+        md[20 * T + 15] = 1;
+        const got = like(x);
+        (got.storage.data as Float32Array).fill(7);
+        const want = like(x);
+        n.maskedSoftmax(view(x), view(mask), 0.5, view(got));
+        ref.maskedSoftmax(x, mask, 0.5, want);
+        close(got, want, 4e-6, 1e-30);
+        const g = got.storage.data as Float32Array;
+        for (const [t, j] of [
+          [9, 5],
+          [20, 15],
+          [20, 0],
+          [20, 21],
+        ] as const)
+          expect(g[t * T + j]).toBe(0);
       }
     });
 

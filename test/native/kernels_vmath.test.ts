@@ -259,4 +259,56 @@ describe.skipIf(skip !== null)("native float32 vector math accuracy", () => {
       }
     });
   }
+
+  for (const isa of ["avx512", "avx2", "scalar"]) {
+    it(`${isa}: softmax rows of every length to 70 (one pass up to 4 vectors), -inf, underflow and NaN entries`, (ctx) => {
+      const before = raw.simdIsa();
+      if (!raw.setSimdIsa(isa)) ctx.skip(`this CPU lacks ${isa}`);
+      try {
+        const ref = new TsBackend();
+        const kv = (t: Tensor) => ({
+          data: t.storage.data as Float32Array,
+          offset: t.offset,
+          shape: t.shape,
+          strides: t.strides,
+        });
+        for (let len = 1; len <= 70; len++) {
+          // row 0 plain, row 1 with -inf entries and one 200 below the max (exp underflows: exactly 0),
+          // row 2 all -inf, row 3 a NaN, row 4 one element far above the rest
+          const rows = 5;
+          const x = Tensor.empty([rows, len], "float32");
+          const d = x.storage.data as Float32Array;
+          for (let i = 0; i < rows * len; i++) d[i] = Math.sin(len * 3.7 + i * 1.3) * 6;
+          for (let j = 0; j < len; j += 3) d[len + j] = -Infinity;
+          if (len > 2) {
+            d[len + 1] = 5;
+            d[len + len - 1] = -195;
+          }
+          for (let j = 0; j < len; j++) d[2 * len + j] = -Infinity;
+          d[3 * len + (len >> 1)] = NaN;
+          d[4 * len + len - 1] = 120;
+          for (const log of [false, true]) {
+            const got = Tensor.empty([rows, len], "float32");
+            const want = Tensor.empty([rows, len], "float32");
+            (got.storage.data as Float32Array).fill(7); // every element must be written
+            n.softmax(kv(x), 1, log, kv(got));
+            ref.softmax(x, 1, log, want);
+            const g = got.storage.data as Float32Array;
+            const w = want.storage.data as Float32Array;
+            for (let i = 0; i < w.length; i++) {
+              if (Number.isNaN(w[i]!)) {
+                expect(g[i], `len ${len} log ${log} element ${i}`).toBeNaN();
+                continue;
+              }
+              if (!(g[i] === w[i] || Math.abs(g[i]! - w[i]!) <= 4e-6 * Math.max(1, Math.abs(w[i]!))))
+                expect.fail(`len ${len} log ${log} element ${i}: ${g[i]} vs ${w[i]}`);
+            }
+            if (!log && len > 2) expect(g[len + len - 1]).toBe(0);
+          }
+        }
+      } finally {
+        raw.setSimdIsa(before);
+      }
+    });
+  }
 });

@@ -35,6 +35,10 @@ struct F32Kernels {
   void (*scale)(float* y, int64_t n, float s);
   // y[i] = (x[i] - mean) * rstd * (w ? w[i] : 1) + (b ? b[i] : 0).
   void (*normalize)(const float* x, float* y, int64_t n, float mean, float rstd, const float* w, const float* b);
+  // Softmax (log: log-softmax) of a row of at most 4 vectors (64 floats with AVX-512) of x / divisor (1:
+  // x itself), y may equal x; false (nothing done) for a longer row. The same math as a divide, then max,
+  // expShiftSum and scale / subShift in turn.
+  bool (*shortSoftmax)(const float* x, float* y, int64_t n, bool log, float divisor);
 };
 
 // Unary ops with a vector kernel (the others run scalar float64 math).
