@@ -158,6 +158,8 @@ export interface NativeBinding {
   softmaxBackward(y: NativeView, g: NativeView, log: boolean, gx: NativeView): void;
   /** softmax(where(mask, -inf, x / divisor)) along the last dim; mask a contiguous bool [T, S] (softmax.cc). */
   maskedSoftmax(x: NativeView, mask: NativeView, divisor: number, out: NativeView): void;
+  /** out = g * gelu'(x) (tanh: the tanh form's) over contiguous float32 views of one element count (fused.cc). */
+  geluBackward(x: NativeView, g: NativeView, tanh: boolean, out: NativeView): void;
   indexSelect(x: NativeView, dim: number, index: NativeView, out: NativeView): void;
   gather(x: NativeView, dim: number, index: NativeView, out: NativeView): void;
   scatterAdd(dst: NativeView, dim: number, index: NativeView, src: NativeView): void;
@@ -223,6 +225,7 @@ export const NATIVE_FUNCTIONS = [
   "sgdStep",
   "softmaxBackward",
   "maskedSoftmax",
+  "geluBackward",
   "indexSelect",
   "gather",
   "scatterAdd",

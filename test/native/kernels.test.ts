@@ -713,6 +713,32 @@ describe.skipIf(skip !== null)(
       ).toThrow(TypeError);
     });
 
+    it("geluBackward equals the native derivative times g bit for bit (both forms, tails, streaming sizes, specials)", () => {
+      // NB: 262,144 elements is where the vector loops switch to streaming stores; 37 and 1,031 end in a tail
+      for (const len of [37, 1031, 262144 + 5])
+        for (const tanh of [false, true]) {
+          const x = rand([len], "float32", 190, -25, 25, true);
+          const g = rand([len], "float32", 191, -3, 3);
+          const got = like(x);
+          const want = like(x);
+          n.geluBackward(view(x), view(g), tanh, view(got));
+          n.unary(tanh ? "geluTanhGrad" : "geluGrad", view(x), view(want));
+          n.binary("mul", view(g), view(want), view(want));
+          same(got, want);
+        }
+      const x = rand([4, 5], "float32", 1);
+      expect(() => n.geluBackward(view(x), view(rand([4, 4], "float32", 2)), false, view(like(x)))).toThrow(TypeError);
+      expect(() =>
+        n.geluBackward(
+          view(rand([3], "float64", 3)),
+          view(rand([3], "float64", 4)),
+          false,
+          view(rand([3], "float64", 5)),
+        ),
+      ).toThrow(TypeError);
+      expect(() => n.geluBackward(view(x), view(x), false, view(transposed(5, 4, "float32", 6)))).toThrow(TypeError);
+    });
+
     it("softmaxBackward and its log form match the reference backend along the last dim", () => {
       for (const dtype of ["float32", "float64"] as const) {
         const x = rand([3, 5, 70], dtype, 150, -6, 6);

@@ -39,6 +39,9 @@ struct F32Kernels {
   // x itself), y may equal x; false (nothing done) for a longer row. The same math as a divide, then max,
   // expShiftSum and scale / subShift in turn.
   bool (*shortSoftmax)(const float* x, float* y, int64_t n, bool log, float divisor);
+  // y[i] = g[i] * gelu'(x[i]) (tanh: the tanh form's), the derivative rounded to float first (unary
+  // geluGrad, then a multiply, in one pass).
+  void (*geluBackward)(const float* x, const float* g, float* y, int64_t n, bool tanh);
 };
 
 // Unary ops with a vector kernel (the others run scalar float64 math).

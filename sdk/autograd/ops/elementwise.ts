@@ -199,11 +199,18 @@ export function gelu(x: Tensor, opts: { approximate?: "none" | "tanh" } = {}): T
     out,
     [x],
     (g) => {
-      const d = raw.floatUnary(tanhForm ? "geluTanhGrad" : "geluGrad", x);
-      if (g.dtype !== d.dtype || !arraysEqual(g.shape, d.shape)) return [raw.binary("mul", g, d)];
-      // NB: multiplied into d itself (fresh, and an elementwise out may alias an input): one allocation, not two
-      getBackend().binary("mul", g, d, d);
-      return [d];
+      const deriv = tanhForm ? "geluTanhGrad" : "geluGrad";
+      if (g.dtype !== x.dtype || !arraysEqual(g.shape, x.shape))
+        return [raw.binary("mul", g, raw.floatUnary(deriv, x))];
+      // NB: one pass where the backend has it (native float32); else the derivative, multiplied by g in place
+      // (fresh, and an elementwise out may alias an input): the same numbers, one allocation either way
+      const out = raw.output(x.shape, x.dtype, x.device);
+      const backend = getBackend();
+      if (!backend.geluBackward?.(x, g, tanhForm, out)) {
+        backend.unary(deriv, x, out);
+        backend.binary("mul", g, out, out);
+      }
+      return [out];
     },
     [x],
   );

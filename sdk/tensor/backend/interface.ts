@@ -220,6 +220,14 @@ export interface Backend {
    * runs the same update as tensor ops); backends without it always take that path.
    */
   sgdStep?(p: TensorView, grad: TensorView, buf: TensorView | null, h: SgdStepArgs): boolean;
+
+  /**
+   * Optional: GELU's backward in one pass, out = g * gelu'(x) (tanh: the tanh approximation's
+   * derivative), x, g and out of one shape: the numbers of unary geluGrad (geluTanhGrad) followed by
+   * binary mul with g. Returns false, having written nothing, when it does not take these views (the
+   * caller then runs those two ops); backends without it always take that path.
+   */
+  geluBackward?(x: TensorView, g: TensorView, tanh: boolean, out: TensorView): boolean;
 }
 
 /** The hyperparameters of one SGD step (Backend.sgdStep); first: buf is written, not read. */

@@ -156,6 +156,10 @@ export class DeviceRouter implements Backend {
   ): void {
     pick(this.cpu(), [p, grad, expAvg, expAvgSq, maxExpAvgSq]).adamStep(p, grad, expAvg, expAvgSq, maxExpAvgSq, h);
   }
+  geluBackward(x: TensorView, g: TensorView, tanh: boolean, out: TensorView): boolean {
+    const b = pick(this.cpu(), [x, g, out]);
+    return b.geluBackward ? b.geluBackward(x, g, tanh, out) : false;
+  }
   sgdStep(p: TensorView, grad: TensorView, buf: TensorView | null, h: SgdStepArgs): boolean {
     const b = pick(this.cpu(), [p, grad, buf]);
     return b.sgdStep ? b.sgdStep(p, grad, buf, h) : false;

@@ -32,6 +32,7 @@ export interface NativeKernels {
   softmax(x: KernelView, dim: number, log: boolean, out: KernelView): void;
   softmaxBackward(y: KernelView, g: KernelView, log: boolean, gx: KernelView): void;
   maskedSoftmax(x: KernelView, mask: KernelView, divisor: number, out: KernelView): void;
+  geluBackward(x: KernelView, g: KernelView, tanh: boolean, out: KernelView): void;
   indexSelect(x: KernelView, dim: number, index: KernelView, out: KernelView): void;
   gather(x: KernelView, dim: number, index: KernelView, out: KernelView): void;
   scatterAdd(dst: KernelView, dim: number, index: KernelView, src: KernelView): void;
@@ -317,6 +318,14 @@ export class NativeBackend implements Backend {
         h.maximize,
       );
     else this.ts.adamStep(p, grad, expAvg, expAvgSq, maxExpAvgSq, h);
+  }
+
+  geluBackward(x: TensorView, g: TensorView, tanh: boolean, out: TensorView): boolean {
+    const n = numelOf(x.shape);
+    const fits = (t: TensorView) => t.dtype === "float32" && numelOf(t.shape) === n && isContiguous(t.shape, t.strides);
+    if (!this.heavy(x) || !fits(x) || !fits(g) || !fits(out)) return false;
+    this.k.geluBackward(kv(x), kv(g), tanh, kv(out));
+    return true;
   }
 
   sgdStep(p: TensorView, grad: TensorView, buf: TensorView | null, h: SgdStepArgs): boolean {
