@@ -19,6 +19,15 @@ function rowsView(t: Tensor, rows: number, d: number): Tensor {
   return raw.asStrided(t, [rows, d], [d, 1], t.offset);
 }
 
+/**
+ * A gradient the kernel wrote, in `like`'s dtype and shape. NB: a module-level function, not a
+ * closure made in each backward: V8 drops a closure's optimized code at full GCs once its instances
+ * are dead, and this one was compiled again every few steps.
+ */
+function shaped(t: Tensor | null, like: Tensor): Tensor | null {
+  return t && raw.asStrided(raw.cast(t, like.dtype), like.shape, contiguousStrides(like.shape), 0);
+}
+
 /** Normalises over the trailing `normalizedNumel` elements of x (weight/bias have that many elements). */
 export function layerNorm(
   x: Tensor,
@@ -68,8 +77,6 @@ export function layerNorm(
         gw,
         gb,
       );
-      const shaped = (t: Tensor | null, like: Tensor) =>
-        t && raw.asStrided(raw.cast(t, like.dtype), like.shape, contiguousStrides(like.shape), 0);
       return [gx && shaped(gx, x), weight && shaped(gw, weight), bias && shaped(gb, bias)];
     },
     [x, ...(weight ? [weight] : [])],

@@ -136,6 +136,14 @@ function indexed(fn: () => void): void {
   }
 }
 
+/**
+ * A contiguous float32 view of n elements. NB: module-level, not a closure made per call: V8 drops a
+ * closure's optimized code at full GCs once its instances are dead (sdk/autograd/ops/norm.ts shaped).
+ */
+function contiguousF32(t: TensorView, n: number): boolean {
+  return t.dtype === "float32" && numelOf(t.shape) === n && isContiguous(t.shape, t.strides);
+}
+
 export class NativeBackend implements Backend {
   readonly name = "native";
   private readonly ts = new TsBackend();
@@ -322,8 +330,7 @@ export class NativeBackend implements Backend {
 
   geluBackward(x: TensorView, g: TensorView, tanh: boolean, out: TensorView): boolean {
     const n = numelOf(x.shape);
-    const fits = (t: TensorView) => t.dtype === "float32" && numelOf(t.shape) === n && isContiguous(t.shape, t.strides);
-    if (!this.heavy(x) || !fits(x) || !fits(g) || !fits(out)) return false;
+    if (!this.heavy(x) || !contiguousF32(x, n) || !contiguousF32(g, n) || !contiguousF32(out, n)) return false;
     this.k.geluBackward(kv(x), kv(g), tanh, kv(out));
     return true;
   }
