@@ -5,6 +5,7 @@
  * for inputs that are not tensors or need none). Nothing is recorded in
  * noGrad mode or when no input requires grad.
  */
+import { itemSize } from "../tensor/dtype.js";
 import * as raw from "../tensor/raw.js";
 import { Tensor } from "../tensor/tensor.js";
 import { isGradEnabled } from "./grad_mode.js";
@@ -14,6 +15,13 @@ export type Operand = raw.Operand;
 
 export function needsGrad(inputs: readonly unknown[]): boolean {
   return isGradEnabled() && inputs.some((i) => i instanceof Tensor && i.requiresGrad);
+}
+
+/** Bytes of the tensors among `ts`. */
+function tensorBytes(ts: readonly unknown[]): number {
+  let bytes = 0;
+  for (const t of ts) if (t instanceof Tensor) bytes += t.numel() * itemSize(t.dtype);
+  return bytes;
 }
 
 /** Gives `out` the graph node of the op that computed it from `inputs` (when one needs grad); returns `out`. */
@@ -26,7 +34,8 @@ export function recordOp(
 ): Tensor {
   if (!needsGrad(inputs)) return out;
   const edges = inputs.map((i) => (i instanceof Tensor ? gradEdge(i) : null));
-  out.gradFn = new FunctionNode(name, edges, backward, saved);
+  const bytes = tensorBytes(inputs) + tensorBytes(saved) + out.numel() * itemSize(out.dtype);
+  out.gradFn = new FunctionNode(name, edges, backward, saved, bytes);
   return out;
 }
 

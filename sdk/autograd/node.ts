@@ -55,6 +55,19 @@ export class SavedTensor {
 /** Maps the output gradient to one gradient per input; needs[i] says whether input i wants one. */
 export type BackwardFn = (grad: Tensor, needs: readonly boolean[]) => (Tensor | null)[];
 
+/**
+ * The backward closure each built-in op name ran last, kept alive until that name's next one runs.
+ * NB: V8 drops a closure literal's optimized code at a full GC when none of its closures is alive, and
+ * a step's backward closures all die with its graph, so each full GC cost a round of recompiling them
+ * (a one-process GPT step, steps 60-100: 54 TurboFan compiles with ~3 ms of background work each
+ * on the other core, against 13 with this; 207-212 -> 201-205 ms a step). A kept closure still holds
+ * what it captured, which is among its op's inputs, output and saved tensors: only nodes whose tensors
+ * total at most RETAIN_MAX_BYTES are kept (small ops, where compiled code matters; a large op's time
+ * is its kernels'), and never a user's (autograd.recordOp), which may capture anything.
+ */
+const lastRun = new Map<string, BackwardFn>();
+export const RETAIN_MAX_BYTES = 4 << 20;
+
 /** The node of an ordinary op: a backward closure written beside its forward. */
 export class FunctionNode extends Node {
   private fn: BackwardFn | null;
@@ -69,6 +82,8 @@ export class FunctionNode extends Node {
     next: readonly (Node | null)[],
     fn: BackwardFn,
     saved: readonly Tensor[],
+    /** Bytes of the op's tensors (inputs, output, saved): what its closure may hold (see lastRun). */
+    private readonly bytes = Infinity,
   ) {
     super(next);
     this.fn = fn;
@@ -83,6 +98,10 @@ export class FunctionNode extends Node {
           "Specify retainGraph: true if you need to backward through the graph a second time.",
       );
     for (const s of this.saved) s.check();
+    if (!this.custom) {
+      if (this.bytes <= RETAIN_MAX_BYTES) lastRun.set(this.name, this.fn);
+      else lastRun.delete(this.name);
+    }
     return this.fn(
       grad,
       this.next.map((n) => n !== null),
