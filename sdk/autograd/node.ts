@@ -66,7 +66,7 @@ export type BackwardFn = (grad: Tensor, needs: readonly boolean[]) => (Tensor | 
  * is its kernels'), and never a user's (autograd.recordOp), which may capture anything.
  */
 const lastRun = new Map<string, BackwardFn>();
-export const RETAIN_MAX_BYTES = 4 << 20;
+const RETAIN_MAX_BYTES = 4 << 20;
 
 /** The node of an ordinary op: a backward closure written beside its forward. */
 export class FunctionNode extends Node {

@@ -170,23 +170,19 @@ __attribute__((always_inline)) inline void MaskedSoftmaxRows(const T* x, const u
     if constexpr (std::is_same<T, float>::value) {
       int64_t lo = spans[2 * (r % T_)], hi = spans[2 * (r % T_) + 1];
       if (lo >= hi) lo = 0, hi = S;
-      // A span with nothing masked inside it (a causal mask's) in one pass, divided in registers.
-      if (clean[r % T_] && vk.shortSoftmax(xr + lo, yr + lo, hi - lo, false, d)) {
-        const float outside = std::isnan(yr[lo]) ? NAN : 0.0f;
-        std::fill(yr, yr + lo, outside);
-        std::fill(yr + hi, yr + S, outside);
-        continue;
+      // A span with nothing masked inside it (a causal mask's) goes in one pass, divided in registers.
+      if (!(clean[r % T_] && vk.shortSoftmax(xr + lo, yr + lo, hi - lo, false, d))) {
+        // NB: as bits, so that the loop vectorizes (GCC keeps `mask ? -inf : x / d` a branch per element)
+        for (int64_t j = lo; j < hi; ++j) {
+          const float q = xr[j] / d;
+          uint32_t qb;
+          std::memcpy(&qb, &q, 4);
+          const uint32_t m = 0u - static_cast<uint32_t>(mr[j] != 0);
+          const uint32_t rb = (m & 0xFF800000u) | (~m & qb);  // -inf where masked
+          std::memcpy(yr + j, &rb, 4);
+        }
+        SoftmaxRowF32(vk, yr + lo, yr + lo, hi - lo, false);
       }
-      // NB: as bits, so that the loop vectorizes (GCC keeps `mask ? -inf : x / d` a branch per element)
-      for (int64_t j = lo; j < hi; ++j) {
-        const float q = xr[j] / d;
-        uint32_t qb;
-        std::memcpy(&qb, &q, 4);
-        const uint32_t m = 0u - static_cast<uint32_t>(mr[j] != 0);
-        const uint32_t rb = (m & 0xFF800000u) | (~m & qb);  // -inf where masked
-        std::memcpy(yr + j, &rb, 4);
-      }
-      SoftmaxRowF32(vk, yr + lo, yr + lo, hi - lo, false);
       const float outside = std::isnan(yr[lo]) ? NAN : 0.0f;
       std::fill(yr, yr + lo, outside);
       std::fill(yr + hi, yr + S, outside);
