@@ -278,9 +278,9 @@ function profiled(inner: Backend, acc: Map<string, Acc>): Backend {
   const p = Object.create(null) as Record<string, unknown>;
   for (const key of ["copy", "fill", "unary", "binary", "where", "reduce", "argReduce", "matmul", "softmax"]
     .concat(["maskedSoftmax", "softmaxBackward", "indexSelect", "gather", "scatterAdd", "layerNorm"])
-    .concat(["layerNormBackward", "adamStep", "sgdStep"])) {
+    .concat(["layerNormBackward", "adamStep", "sgdStep", "geluBackward"])) {
     const f = (inner as unknown as Record<string, ((...a: unknown[]) => unknown) | undefined>)[key];
-    if (!f) continue; // optional kernels (sgdStep) the backend lacks
+    if (!f) continue; // optional kernels (sgdStep, geluBackward) the backend lacks
     const fn = f.bind(inner);
     p[key] = (...a: unknown[]) => {
       const t0 = performance.now();

@@ -21,7 +21,7 @@ import { type CudaKernelApi, CudaKernelBackend } from "./tensor/backend/cuda/ker
 import { noteDeviceKernelsUnavailable, registerDeviceKernels } from "./tensor/backend/router.js";
 import { cudaDevices, gpuLibrary, nativeGpu } from "./native/gpu.js";
 import { cudaKernels } from "./native/cuda_kernels.js";
-import { arrayOver, itemSize } from "./tensor/dtype.js";
+import { arrayOver, itemSize, setBufferAddressProvider } from "./tensor/dtype.js";
 import { setSharedMemoryProvider } from "./tensor/shared.js";
 import { nativeChannels } from "./native/channels.js";
 
@@ -39,6 +39,8 @@ const native = loadNative();
 const shm = process.platform === "linux" ? nativeChannels() : null;
 if (shm) setSharedMemoryProvider({ alloc: (n) => shm.shareAlloc(n), isShared: (v) => shm.isShared(v) });
 if (native) {
+  // Large host storages start on a 64-byte line (./tensor/dtype.ts, alignedArrayOver).
+  setBufferAddressProvider((b) => native.addressOf(b));
   const minNumel = Number(process.env.TPRPC_NATIVE_MIN_NUMEL ?? 1024);
   const pooled = process.env.TPRPC_NATIVE_POOL === "1";
   registerBackend(

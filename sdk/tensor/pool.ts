@@ -9,7 +9,8 @@
  * SDK's modules' forward intermediates come back the same way once backward is done with them
  * (sdk/autograd/intermediates.ts).
  *
- * Only buffers this module sized itself are kept (POOL_MIN_BYTES and up), by exact byte length,
+ * Only buffers this module sized itself are kept (POOL_MIN_BYTES and up), by exact byte length
+ * (the size asked for plus hostAlignPad(): see alignedArrayOver in ./dtype.ts),
  * last in first out (the warmest in cache), at most the limit (setPoolLimit) in all; the rest are
  * left to GC.
  *
@@ -18,6 +19,8 @@
  * argument's confirmation could be garbage collected, see sdk/rpc/rref_context.ts pendingUsers); the
  * pool only changed when V8 ran full collections.
  */
+import { hostAlignPad } from "./dtype.js";
+
 /** Outputs this large and larger come from, and go back to, the pool (smaller ones are cheap to GC). */
 export const POOL_MIN_BYTES = 1 << 14;
 /** The most bytes the pool keeps by default. */
@@ -36,12 +39,15 @@ const free = new Map<number, ArrayBuffer[]>();
 let kept = 0;
 const counters = { reuses: 0, releases: 0, fresh: 0, freshBytes: 0 };
 
-/** A recycled buffer of exactly `bytes` bytes (contents undefined), or null. */
+/**
+ * A recycled buffer for `bytes` bytes (contents undefined), or null. Its byteLength is `bytes` plus
+ * hostAlignPad(): view it with alignedArrayOver.
+ */
 export function takeBuffer(bytes: number): ArrayBuffer | null {
-  const list = free.get(bytes);
+  const list = free.get(bytes + hostAlignPad());
   const b = list?.pop();
   if (b === undefined) return null;
-  kept -= bytes;
+  kept -= b.byteLength;
   counters.reuses++;
   return b;
 }
@@ -57,13 +63,13 @@ export function giveBuffer(b: ArrayBuffer): void {
   counters.releases++;
 }
 
-/** A fresh buffer of `bytes` bytes for a large output: recycled, or new (not zeroed). */
+/** A buffer for a large output of `bytes` bytes: recycled, or new (not zeroed); view it with alignedArrayOver. */
 export function outputBuffer(bytes: number): ArrayBuffer {
   const b = takeBuffer(bytes);
   if (b !== null) return b;
   counters.fresh++;
   counters.freshBytes += bytes;
-  return Buffer.allocUnsafeSlow(bytes).buffer as ArrayBuffer;
+  return Buffer.allocUnsafeSlow(bytes + hostAlignPad()).buffer as ArrayBuffer;
 }
 
 /** Bytes kept, buffers reused and released, and fresh buffers (and their bytes) made so far (benchmarks, tests). */

@@ -9,7 +9,16 @@
  * with `.cpu()` first (sdk/tensor/device_copy.ts moves bytes between devices).
  */
 import { AutogradError, DeviceError, NotImplementedError } from "../errors/index.js";
-import { type DType, type StorageArray, allocArray, allocArrayUninit, arrayOver, itemSize } from "./dtype.js";
+import {
+  type DType,
+  type StorageArray,
+  alignedArrayOver,
+  alignedBuffer,
+  allocArray,
+  allocArrayUninit,
+  arrayOver,
+  itemSize,
+} from "./dtype.js";
 import { sharedMemoryProvider } from "./shared.js";
 import { type Device, assertDeviceUsable, cpu } from "./device.js";
 import { getBackend } from "./backend/registry.js";
@@ -92,7 +101,7 @@ export class Storage {
     // here, or a new one (zeroed by the allocator)
     const reused = takeBuffer(bytes);
     if (reused) new Uint8Array(reused).fill(0);
-    const s = new Storage(reused ? arrayOver(dtype, reused, numel) : allocArray(dtype, numel), dtype, device);
+    const s = new Storage(alignedArrayOver(dtype, reused ?? alignedBuffer(bytes), numel), dtype, device);
     s.poolable = true;
     return s;
   }
@@ -105,7 +114,7 @@ export class Storage {
     const bytes = numel * itemSize(dtype);
     if (bytes < POOL_MIN_BYTES || typeof Buffer === "undefined")
       return new Storage(allocArrayUninit(dtype, numel), dtype, device);
-    const s = new Storage(arrayOver(dtype, outputBuffer(bytes), numel), dtype, device);
+    const s = new Storage(alignedArrayOver(dtype, outputBuffer(bytes), numel), dtype, device);
     s.poolable = true;
     return s;
   }

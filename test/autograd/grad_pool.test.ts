@@ -7,6 +7,7 @@
  */
 import { expect, it } from "vitest";
 import { manualSeed, nn, rand, randn, type Tensor, zeros } from "../../sdk/index.js";
+import { hostAlignPad } from "../../sdk/tensor/dtype.js";
 import { giveBuffer, poolStats } from "../../sdk/tensor/pool.js";
 import { describeEachBackend } from "../helpers.js";
 import { poolOff, usePool } from "./pool_helpers.js";
@@ -53,7 +54,8 @@ describeEachBackend("autograd: recycled gradient buffers", () => {
 
   it("a zeroed tensor over a recycled buffer reads zeros", () => {
     const n = 8192; // 32 kB of float32: a pooled size
-    giveBuffer(new Float32Array(n).fill(7).buffer);
+    // NB: pooled buffers carry the alignment slack (sdk/tensor/dtype.ts alignedArrayOver)
+    giveBuffer(new Float32Array(n + hostAlignPad() / 4).fill(7).buffer);
     const before = poolStats().reuses;
     const z = zeros([n]);
     expect(poolStats().reuses).toBe(before + 1);

@@ -143,7 +143,9 @@ describe("CUDA tensors over RPC between processes (emulated CUDA device)", () =>
     const back = await rpc.rpcSync<{ device: string; t: Tensor }>("worker1", echo, [big.to("cuda:0")], T);
     expect(back.device).toBe("cuda:1");
     expect(back.t.device.toString()).toBe("cuda:0");
-    expect(Buffer.from(back.t.cpu().storage.data.buffer).equals(Buffer.from(big.storage.data.buffer))).toBe(true);
+    const bytes = (t: Tensor) =>
+      Buffer.from(t.storage.data.buffer, t.storage.data.byteOffset, t.storage.data.byteLength);
+    expect(bytes(back.t.cpu()).equals(bytes(big))).toBe(true);
     const m = sdk.randn([6, 9]);
     const view = m.to("cuda:0").t(); // non-contiguous: travels with its strides
     expect(view.isContiguous()).toBe(false);
