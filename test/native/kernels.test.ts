@@ -969,6 +969,40 @@ describe.skipIf(skip !== null)("native kernels: indexing, copy and fill", () => 
     }
   });
 
+  it("scatterAdd of whole rows (the embedding backward's broadcast index column) equals the reference", () => {
+    for (const dtype of ["float32", "float64", "int32"] as const)
+      for (const itype of ["int64", "int32"] as const)
+        for (const [N, V, D, parts] of [
+          [50, 7, 5, 1],
+          [700, 70, 128, 3], // split over the pool, column blocks
+        ]) {
+          // index [N, D]: one column of row numbers (repeated, negative ones too) broadcast along dim 1
+          const col = Tensor.empty([N], itype);
+          const r = rng(140 + N);
+          for (let i = 0; i < N; i++) {
+            const v = Math.floor(r() * 2 * V) - V;
+            if (itype === "int64") (col.storage.data as BigInt64Array)[i] = BigInt(v);
+            else (col.storage.data as Int32Array)[i] = v;
+          }
+          const index = strided(col, [N, D], [1, 0], 0);
+          // src with padded rows, dst a window of a wider tensor (offset, row stride > D)
+          const src = strided(rand([N, D + 2], dtype, 141, -9, 9), [N, D], [D + 2, 1], 1);
+          const dGot = strided(rand([V, D + parts], dtype, 142, -9, 9), [V, D], [D + parts, 1], parts);
+          const dWant = strided(rand([V, D + parts], dtype, 142, -9, 9), [V, D], [D + parts, 1], parts);
+          n.scatterAdd(view(dGot), 0, view(index), view(src));
+          ref.scatterAdd(dWant, 0, index, src);
+          same(dGot, dWant);
+          // an index out of range: RangeError, nothing written
+          const before = values(dGot);
+          if (itype === "int64") (col.storage.data as BigInt64Array)[N - 1] = BigInt(V);
+          else (col.storage.data as Int32Array)[N - 1] = V;
+          expect(() => n.scatterAdd(view(dGot), 0, view(index), view(src))).toThrow(
+            new RangeError(`index ${V} is out of bounds for dimension 0 with size ${V}`),
+          );
+          expect(values(dGot)).toEqual(before);
+        }
+  });
+
   it("copy casts between every pair of dtypes like the reference, on strided views", () => {
     const dtypes = ["float32", "float64", "int32", "int64", "uint8"] as const;
     for (const from of dtypes)

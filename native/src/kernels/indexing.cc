@@ -198,6 +198,29 @@ void ScatterAddRows(const View& dst, int dim, const std::vector<int64_t>& idx, c
       std::max<int64_t>(1, kGrain / std::max<int64_t>(1, len)));
 }
 
+// The embedding backward's case: 2-D dst and src with contiguous rows, dim 0, and an index that is one
+// column broadcast along dim 1 (stride 0), so dst[rows[i], :d] += src[i, :d]. The general walk goes down
+// one column at a time (strided, a cache line per element); here each row is one contiguous add, the
+// columns split over the pool. Every element still sums its contributions in index order.
+template <typename T>
+void ScatterAddRowsWhole(const View& dst, const std::vector<int64_t>& rows, const View& src, int64_t d) {
+  T* pd = static_cast<T*>(dst.data) + dst.offset;
+  const T* ps = static_cast<const T*>(src.data) + src.offset;
+  const int64_t n = static_cast<int64_t>(rows.size()), sdr = dst.strides[0], ssr = src.strides[0];
+  ParallelFor(d, std::max<int64_t>(16, kGrain / std::max<int64_t>(1, n)), [&](int64_t c0, int64_t c1) {
+    for (int64_t i = 0; i < n; ++i) {
+      T* t = pd + rows[i] * sdr;
+      const T* u = ps + i * ssr;
+      for (int64_t c = c0; c < c1; ++c) {
+        if constexpr (std::is_integral<T>::value)
+          t[c] = static_cast<T>(static_cast<std::make_unsigned_t<T>>(t[c]) + static_cast<std::make_unsigned_t<T>>(u[c]));
+        else
+          t[c] += u[c];
+      }
+    }
+  });
+}
+
 // scatterAdd(dst, dim, index, src): in place, dst[i with i[dim] = index[i]] += src[i] for i over index's shape.
 Napi::Value ScatterAdd(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -208,6 +231,15 @@ Napi::Value ScatterAdd(const Napi::CallbackInfo& info) {
   CheckWithin(env, index, dst, static_cast<int>(dim), true, "scatterAdd", "dst");
   CheckWithin(env, index, src, static_cast<int>(dim), false, "scatterAdd", "src");
   if (src.dtype != dst.dtype) ThrowType(env, "scatterAdd: src must have dst's dtype");
+  if (dim == 0 && dst.ndim() == 2 && index.ndim() == 2 && src.ndim() == 2 && index.shape[1] > 1 &&
+      index.strides[1] == 0 && dst.strides[1] == 1 && src.strides[1] == 1) {
+    View column = index;
+    column.shape = {index.shape[0]};
+    column.strides = {index.strides[0]};
+    const std::vector<int64_t> rows = ReadIndices(env, column, 0, dst.shape[0]);
+    DispatchAll(dst.dtype, [&](auto t) { ScatterAddRowsWhole<decltype(t)>(dst, rows, src, index.shape[1]); });
+    return env.Undefined();
+  }
   const std::vector<int64_t> idx = ReadIndices(env, index, dim, dst.shape[dim]);
   if (idx.empty()) return env.Undefined();
   DispatchAll(dst.dtype, [&](auto t) { ScatterAddRows<decltype(t)>(dst, static_cast<int>(dim), idx, index, src); });
