@@ -137,11 +137,12 @@ function indexed(fn: () => void): void {
 }
 
 /**
- * A contiguous float32 view of n elements. NB: module-level, not a closure made per call: V8 drops a
- * closure's optimized code at full GCs once its instances are dead (sdk/autograd/ops/norm.ts shaped).
+ * A contiguous view of n elements of `dtype` (the fused kernels' operands). NB: module-level, not a
+ * closure made per call: V8 drops a closure's optimized code at full GCs once its instances are dead
+ * (sdk/autograd/ops/norm.ts shaped).
  */
-function contiguousF32(t: TensorView, n: number): boolean {
-  return t.dtype === "float32" && numelOf(t.shape) === n && isContiguous(t.shape, t.strides);
+function dense(t: TensorView, dtype: TensorView["dtype"], n: number): boolean {
+  return t.dtype === dtype && numelOf(t.shape) === n && isContiguous(t.shape, t.strides);
 }
 
 export class NativeBackend implements Backend {
@@ -330,7 +331,7 @@ export class NativeBackend implements Backend {
 
   geluBackward(x: TensorView, g: TensorView, tanh: boolean, out: TensorView): boolean {
     const n = numelOf(x.shape);
-    if (!this.heavy(x) || !contiguousF32(x, n) || !contiguousF32(g, n) || !contiguousF32(out, n)) return false;
+    if (!this.heavy(x) || !dense(x, "float32", n) || !dense(g, "float32", n) || !dense(out, "float32", n)) return false;
     this.k.geluBackward(kv(x), kv(g), tanh, kv(out));
     return true;
   }
@@ -338,9 +339,8 @@ export class NativeBackend implements Backend {
   sgdStep(p: TensorView, grad: TensorView, buf: TensorView | null, h: SgdStepArgs): boolean {
     // NB: no size threshold, as adamStep: one call replaces up to a dozen
     const n = numelOf(p.shape);
-    const fits = (t: TensorView | null) =>
-      t === null || (t.dtype === p.dtype && numelOf(t.shape) === n && isContiguous(t.shape, t.strides));
-    if (!this.floats(p) || !fits(p) || !fits(grad) || !fits(buf)) return false;
+    if (!this.floats(p) || !dense(p, p.dtype, n) || !dense(grad, p.dtype, n) || (buf && !dense(buf, p.dtype, n)))
+      return false;
     this.k.sgdStep(
       kv(p),
       kv(grad),
