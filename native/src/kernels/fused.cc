@@ -213,8 +213,8 @@ __attribute__((always_inline)) inline double PartialSums(const T* p, int64_t n) 
 // Row and column sums accumulate in float64. Five plain loops a row, so each vectorizes (one fused
 // loop mixing float and float64 lanes stayed scalar, 1.8x slower): the float products into a row
 // buffer, the column sums, the two row sums (PartialSums), and gx, which recomputes x̂ and ĝ with
-// the same float ops (the same values). A missing weight is ones (g * 1 is g exactly), a missing
-// gw or gb a scratch sum.
+// the same float ops (the same values). A missing weight is ones (g * 1 is g exactly); the column
+// sums run when gw or gb is wanted (the other one then a scratch sum).
 template <typename T>
 __attribute__((always_inline)) inline void LayerNormBackwardRows(const T* g, const T* x, const T* mean, const T* rstd,
                                                                   const T* w, T* gx, T* gw, T* gb, int64_t rows,
@@ -238,10 +238,11 @@ __attribute__((always_inline)) inline void LayerNormBackwardRows(const T* g, con
       prod[j] = gh * xh;
       gxh[j] = gr[j] * xh;
     }
-    for (int64_t j = 0; j < D; ++j) {
-      aw[j] += static_cast<double>(gxh[j]);
-      ab[j] += static_cast<double>(gr[j]);
-    }
+    if (gw || gb)
+      for (int64_t j = 0; j < D; ++j) {
+        aw[j] += static_cast<double>(gxh[j]);
+        ab[j] += static_cast<double>(gr[j]);
+      }
     if (!gx) continue;
     // NB: the sums are rounded to T before the division, as the composite's float reductions are.
     const T m1 = static_cast<T>(PartialSums(ghat, D)) / static_cast<T>(D);
