@@ -10,7 +10,7 @@
  * the call's place in its block (#1, #2, later), with `pause` ms of idle before each block. Both processes load ./p2p_tl_hook.ts, which stamps the
  * pipe's send, the land copy, a frame's arrival and its delivery; a round trip's segments are printed as
  * medians (a segment across processes, "wire", includes waiting for a core), with the garbage collections
- * that started inside each kind's round trips, per process.
+ * that started inside each kind's round trips, per process, and their pauses per round trip.
  */
 import * as sdk from "../sdk/index.js";
 import { type Tensor, rpc } from "../sdk/index.js";
@@ -187,6 +187,18 @@ try {
         })
         .join("") +
       "   (rank 0 + worker, count)",
+  );
+  // NB: what those collections held the main threads for (PerformanceObserver's durations), per round trip
+  console.log(
+    "GC pauses per round trip, ms".padEnd(32) +
+      names
+        .map((k) => {
+          const g = groups.get(k)!;
+          const trips = Object.values(g.segs)[0]?.length || 1;
+          return `${(g.gc[1] / 1e3 / trips).toFixed(1)}+${(g.gc[3] / 1e3 / trips).toFixed(1)}`.padStart(14);
+        })
+        .join("") +
+      "   (rank 0 + worker)",
   );
   await rpc.shutdown({ timeoutMs: 10_000 });
 } finally {
