@@ -144,12 +144,16 @@ try {
   };
   const gcMain = gcs(main);
   const gcWorker = gcs(worker);
-  const groups = new Map<string, { segs: Record<string, number[]>; gc: [number, number, number, number] }>();
+  const groups = new Map<
+    string,
+    { segs: Record<string, number[]>; gc: [number, number, number, number]; trips: number }
+  >();
   for (const [i, m] of rts.entries()) {
     const k = order[i]!;
     const place = block > 1 ? (i % block === 0 ? " #1" : i % block === 1 ? " #2" : " later") : "";
-    const g = groups.get(k + place) ?? { segs: {}, gc: [0, 0, 0, 0] };
+    const g = groups.get(k + place) ?? { segs: {}, gc: [0, 0, 0, 0], trips: 0 };
     groups.set(k + place, g);
+    g.trips++;
     const t0 = m[0]![1];
     const t1 = m[m.length - 1]![1];
     for (const [j, list] of [gcMain, gcWorker].entries())
@@ -194,8 +198,7 @@ try {
       names
         .map((k) => {
           const g = groups.get(k)!;
-          const trips = Object.values(g.segs)[0]?.length || 1;
-          return `${(g.gc[1] / 1e3 / trips).toFixed(1)}+${(g.gc[3] / 1e3 / trips).toFixed(1)}`.padStart(14);
+          return `${(g.gc[1] / 1e3 / g.trips).toFixed(1)}+${(g.gc[3] / 1e3 / g.trips).toFixed(1)}`.padStart(14);
         })
         .join("") +
       "   (rank 0 + worker)",
